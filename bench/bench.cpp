@@ -1,0 +1,184 @@
+// Bench driver pieces: timing, machine ceilings, registration.
+#include "bench/bench.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "optx/runtime.h"
+
+namespace optx::bench {
+
+namespace {
+std::vector<Registered>& bench_list() {
+  static std::vector<Registered> v;
+  return v;
+}
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+bool register_bench(const char* op, BenchFn fn) {
+  bench_list().push_back({op, fn});
+  return true;
+}
+const std::vector<Registered>& benches() { return bench_list(); }
+
+Timing Context::time_it(const std::function<void()>& fn) const {
+  fn();  // warm-up: first-touch pages, caches, thread pool
+  const int min_reps = quick ? 3 : 7;
+  const double min_s = quick ? 0.15 : 0.6;
+  std::vector<double> ms;
+  const double start = now_s();
+  while (int(ms.size()) < min_reps || (now_s() - start < min_s && ms.size() < 1000)) {
+    const double t0 = now_s();
+    fn();
+    ms.push_back((now_s() - t0) * 1e3);
+  }
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.median_ms = ms[ms.size() / 2];
+  t.p90_ms = ms[std::min(ms.size() - 1, size_t(double(ms.size()) * 0.9))];
+  return t;
+}
+
+void Context::add(Record r, const Timing& t, double flops, double bytes) const {
+  r.median_ms = t.median_ms;
+  r.p90_ms = t.p90_ms;
+  r.threads = threads;
+  const double s = t.median_ms * 1e-3;
+  r.gflops = flops > 0 ? flops / s * 1e-9 : 0;
+  r.gbytes_per_s = bytes > 0 ? bytes / s * 1e-9 : 0;
+  // Floor: the larger of compute time at peak and transfer time at copy bandwidth.
+  double floor_s = 0;
+  if (r.roof == Roof::kF32 && ceil.fma_f32_gflops > 0) floor_s = flops / (ceil.fma_f32_gflops * 1e9);
+  if (r.roof == Roof::kBF16 && ceil.dot_bf16_gflops > 0) floor_s = flops / (ceil.dot_bf16_gflops * 1e9);
+  if (ceil.copy_gbytes_per_s > 0 && bytes > 0)
+    floor_s = std::max(floor_s, bytes / (ceil.copy_gbytes_per_s * 1e9));
+  r.share_of_floor = floor_s > 0 ? floor_s / s : 0;
+  records->push_back(std::move(r));
+}
+
+// ---- ceilings -------------------------------------------------------------------------------
+namespace {
+
+// 16 independent accumulator chains: enough to cover FMA latency (4 cycles) x 2 ports.
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(int64_t iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
+}
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i) * 1e-3f);
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  float out[8];
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+__attribute__((target("avx512f,avx512bf16"))) float dot_loop_bf16(int64_t iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x33003300);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
+}
+
+volatile float g_sink;
+
+// Runs loop(iters) on every thread at once; returns the aggregate GFLOP/s.
+double peak_rate(int threads, float (*loop)(int64_t), double flops_per_iter, bool quick) {
+  const int64_t iters = quick ? 2'000'000 : 8'000'000;
+  double best = 0;
+  for (int rep = 0; rep < (quick ? 2 : 4); ++rep) {
+    double t0 = 0, t1 = 0;
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp barrier
+#pragma omp master
+      t0 = now_s();
+      g_sink = loop(iters);
+#pragma omp barrier
+#pragma omp master
+      t1 = now_s();
+    }
+    best = std::max(best, flops_per_iter * double(iters) * threads / (t1 - t0) * 1e-9);
+  }
+  return best;
+}
+
+void* alloc_big(size_t bytes) {
+  // 2 MiB alignment + transparent huge pages where granted: first touch of 4 KiB pages
+  // costs ~12 us each here, 512 MiB of them would cost seconds.
+  void* p = aligned_alloc_bytes(bytes, size_t(2) << 20);
+  if (p) madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+double copy_bandwidth(int threads, bool quick) {
+  const size_t bytes = size_t(256) << 20;  // per buffer: working set 512 MiB >= 256 MiB
+  char* src = static_cast<char*>(alloc_big(bytes));
+  char* dst = static_cast<char*>(alloc_big(bytes));
+  if (!src || !dst) return 0;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < int64_t(bytes); i += 4096) {
+    src[i] = char(i);
+    dst[i] = 0;
+  }
+  std::vector<double> gbs;
+  for (int rep = 0; rep < (quick ? 3 : 7); ++rep) {
+    const double t0 = now_s();
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const size_t lo = bytes * size_t(t) / size_t(T), hi = bytes * size_t(t + 1) / size_t(T);
+      std::memcpy(dst + lo, src + lo, hi - lo);
+    }
+    gbs.push_back(2.0 * double(bytes) / (now_s() - t0) * 1e-9);
+  }
+  aligned_free(src);
+  aligned_free(dst);
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(int threads, bool quick) {
+  Ceilings c;
+  const CpuFeatures& f = cpu_features();
+  const Isa isa = detected_isa();
+  if (isa >= Isa::kAvx512) c.fma_f32_gflops = peak_rate(threads, fma_loop_avx512, 16 * 16 * 2, quick);
+  else if (isa >= Isa::kAvx2) c.fma_f32_gflops = peak_rate(threads, fma_loop_avx2, 12 * 8 * 2, quick);
+  if (f.avx512_bf16) c.dot_bf16_gflops = peak_rate(threads, dot_loop_bf16, 16 * 16 * 4, quick);
+  else c.dot_bf16_gflops = c.fma_f32_gflops;
+  c.copy_gbytes_per_s = copy_bandwidth(threads, quick);
+  return c;
+}
+
+}  // namespace optx::bench

@@ -1,0 +1,64 @@
+// The bench driver's interface for op families (`optx bench`).
+//
+// A family registers one function with OPTX_REGISTER_BENCH; it times its cases with
+// time_it() and adds one Record per (case, impl), so ratios are read off one run. Every
+// record names the roofline it is judged against (FLOPs and/or bytes); the driver fills in
+// the share of the floor from the ceilings it measured in the same run.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace optx::bench {
+
+struct Ceilings {
+  double fma_f32_gflops = 0;   // peak f32 FMA rate at the run's thread count
+  double dot_bf16_gflops = 0;  // peak bf16 dot-product rate (vdpbf16ps, else f32 FMA)
+  double copy_gbytes_per_s = 0;  // DRAM copy, bytes read + written, working set >= 256 MiB
+};
+
+enum class Roof { kNone, kF32, kBF16, kMemory };
+
+struct Record {
+  std::string op, case_, impl;
+  double median_ms = 0, p90_ms = 0;
+  double gflops = 0, gbytes_per_s = 0;
+  double peak_bytes = 0;
+  int threads = 1;
+  // For the table: what the floor is measured against, and free-form notes.
+  Roof roof = Roof::kNone;
+  double share_of_floor = 0;  // floor time / median time, 0 if unknown
+  std::string note;
+};
+
+struct Timing {
+  double median_ms = 0, p90_ms = 0;
+};
+
+struct Context {
+  int threads = 1;
+  bool quick = false;
+  Ceilings ceil;
+  std::vector<Record>* records = nullptr;
+
+  // Runs fn once to warm up, then repeatedly for at least min_reps calls and min_seconds.
+  Timing time_it(const std::function<void()>& fn) const;
+  // Fills throughput from flops / bytes and the timing, and the share of the floor.
+  void add(Record r, const Timing& t, double flops, double bytes) const;
+};
+
+using BenchFn = void (*)(Context&);
+bool register_bench(const char* op, BenchFn fn);
+struct Registered {
+  const char* op;
+  BenchFn fn;
+};
+const std::vector<Registered>& benches();
+
+Ceilings measure_ceilings(int threads, bool quick);
+
+}  // namespace optx::bench
+
+#define OPTX_REGISTER_BENCH(op, fn) \
+  static const bool optx_bench_registered_##fn = ::optx::bench::register_bench(op, fn)

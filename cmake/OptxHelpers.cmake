@@ -1,0 +1,47 @@
+# optx_add_op(): wires one op family from its own folder.
+#
+#   optx_add_op(<family>
+#     SOURCES      generic sources (validate / plan / dispatch / reference / packing)
+#     AVX2         sources built with AVX2+FMA flags
+#     AVX512       sources built with AVX-512 F/BW/VL/DQ flags
+#     AVX512_BF16  sources built with AVX-512 + BF16 flags
+#     TESTS        GoogleTest sources (one test binary per family)
+#     TOOLS        verify / bench registrations, linked into the optx CLI)
+function(optx_add_op family)
+  cmake_parse_arguments(OP "" "" "SOURCES;AVX2;AVX512;AVX512_BF16;TESTS;TOOLS" ${ARGN})
+  target_sources(optx_generic PRIVATE ${OP_SOURCES})
+  target_sources(optx_isa_avx2 PRIVATE ${OP_AVX2})
+  target_sources(optx_isa_avx512 PRIVATE ${OP_AVX512})
+  target_sources(optx_isa_avx512_bf16 PRIVATE ${OP_AVX512_BF16})
+  foreach(f ${OP_TOOLS})
+    set_property(GLOBAL APPEND PROPERTY OPTX_TOOL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/${f})
+  endforeach()
+  if(OPTX_BUILD_TESTS AND OP_TESTS)
+    set(srcs)
+    foreach(f ${OP_TESTS})
+      list(APPEND srcs ${CMAKE_CURRENT_SOURCE_DIR}/${f})
+    endforeach()
+    set_property(GLOBAL APPEND PROPERTY OPTX_TEST_FAMILIES ${family})
+    set_property(GLOBAL PROPERTY OPTX_TEST_SOURCES_${family} ${srcs})
+  endif()
+endfunction()
+
+# Test binaries are created once the library exists (they link it).
+function(optx_finalize_tests)
+  get_property(families GLOBAL PROPERTY OPTX_TEST_FAMILIES)
+  foreach(family ${families})
+    get_property(srcs GLOBAL PROPERTY OPTX_TEST_SOURCES_${family})
+    add_executable(optx_${family}_test ${srcs})
+    target_link_libraries(optx_${family}_test PRIVATE optx_testing optx GTest::gtest_main)
+    # Each binary runs every implementation the host can run against the reference; the
+    # capped runs check dispatch itself picks and runs the lower ISA paths.
+    add_test(NAME ${family} COMMAND optx_${family}_test)
+    if(family STREQUAL "core")
+      continue()
+    endif()
+    foreach(cap scalar avx2)
+      add_test(NAME ${family}_max_isa_${cap} COMMAND optx_${family}_test --gtest_filter=*Dispatch*:*Selected*)
+      set_tests_properties(${family}_max_isa_${cap} PROPERTIES ENVIRONMENT "OPTX_MAX_ISA=${cap}")
+    endforeach()
+  endforeach()
+endfunction()

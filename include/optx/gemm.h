@@ -1,0 +1,93 @@
+// optx/gemm.h — dense GEMM: C = alpha * A * B^T + beta * C (+ bias).
+//
+// B is a weight matrix in the nn.Linear layout [N, K] (or [K, N] with b_kn = true), given
+// either as a plain view or pre-packed once at load time with pack_weights(). Packed
+// weights are independent of the ISA that runs them, so a model packs once and any
+// implementation (and the later grouped GEMM, which takes an array of PackedMatrix) reads
+// the same bytes.
+//
+// dtypes:  A f32  x B f32           -> C f32 | bf16
+//          A bf16 x B bf16          -> C f32 | bf16     (f32 accumulation)
+//          A f32  x B bf16          -> C f32 | bf16
+//          A f32 | bf16 x B i8 (per-output-channel f32 scales) -> C f32 | bf16
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "optx/runtime.h"
+#include "optx/status.h"
+#include "optx/tensor.h"
+
+namespace optx {
+
+// One packed weight matrix [N, K]. Layout: ceil(N / 64) column panels; each panel holds
+// all of K for 64 output channels, zero-padded past N (and past K to k_padded):
+//   f32: [K][64]         bf16: [K/2][64][2] (k-pairs interleaved, as vdpbf16ps reads them)
+//   i8:  [K][64]         plus scales[n_panels * 64] (f32, zero-padded)
+// Panels are contiguous, so a thread streaming a range of panels reads one sequential run.
+struct PackedMatrix {
+  DType dtype = DType::kF32;
+  int64_t n = 0, k = 0;
+  int64_t k_padded = 0;      // K rounded up to the k-group (2 for bf16, else 1)
+  int64_t panel_bytes = 0;   // bytes of one panel (k_padded * 64 * elem)
+  const void* data = nullptr;
+  const float* scales = nullptr;  // i8 only
+
+  static constexpr int64_t kPanel = 64;
+  int64_t n_panels() const { return (n + kPanel - 1) / kPanel; }
+  const uint8_t* panel(int64_t j) const {
+    return static_cast<const uint8_t*>(data) + j * panel_bytes;
+  }
+  // Element (n, k) as float (unscaled for i8). For references and debugging, not hot loops.
+  float at(int64_t n_idx, int64_t k_idx) const;
+};
+
+// Owns the packed bytes of one matrix or of E matrices (per-expert weights).
+class PackedWeights {
+ public:
+  PackedWeights() = default;
+  PackedWeights(PackedWeights&&) noexcept;
+  PackedWeights& operator=(PackedWeights&&) noexcept;
+  PackedWeights(const PackedWeights&) = delete;
+  PackedWeights& operator=(const PackedWeights&) = delete;
+  ~PackedWeights();
+
+  int64_t count() const { return count_; }
+  const PackedMatrix& operator[](int64_t e) const { return mats_[e]; }
+  const PackedMatrix* matrices() const { return mats_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend Status pack_weights(const struct PackWeightsParams& p, PackedWeights* out);
+  void* storage_ = nullptr;
+  PackedMatrix* mats_ = nullptr;
+  int64_t count_ = 0;
+  size_t bytes_ = 0;
+};
+
+struct PackWeightsParams {
+  TensorView w;        // [N, K] or [E, N, K] (or [K, N] / [E, K, N] with kn); f32 | bf16 | i8
+  TensorView scales;   // i8 only: [N] or [E, N] f32 per-output-channel scales; else empty
+  bool kn = false;     // w is laid out [K, N]
+};
+// Allocates (64-byte aligned, once) and packs. Runs multi-threaded.
+Status pack_weights(const PackWeightsParams& p, PackedWeights* out);
+
+struct GemmParams {
+  TensorView a;                 // [M, K] f32 | bf16; unit column stride, row stride >= K
+  TensorView b;                 // [N, K] (or [K, N] if b_kn) f32 | bf16 | i8; empty if packed_b
+  const PackedMatrix* packed_b = nullptr;  // pre-packed B; nullptr to use b
+  TensorView b_scales;          // [N] f32, for an unpacked i8 b only; else empty
+  TensorView bias;              // [N] f32 | bf16; may be empty
+  TensorView c;                 // [M, N] f32 | bf16; unit column stride, row stride >= N
+  float alpha = 1.0f;
+  float beta = 0.0f;            // beta == 0: C is not read (NaN/garbage in C is ignored)
+  bool b_kn = false;            // b is laid out [K, N]
+};
+
+// Bytes of workspace gemm() needs for these params at the current thread count.
+size_t gemm_workspace_size(const GemmParams& p);
+Status gemm(const GemmParams& p, Workspace ws);
+
+}  // namespace optx

@@ -1,0 +1,53 @@
+// optx/runtime.h — version, CPU features, ISA dispatch control, threads, workspaces.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace optx {
+
+const char* version();
+
+// ---- CPU features (cpuid + XCR0: a feature counts only if the OS saves its registers) ---
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_bf16 = false, avx512_vnni = false, avx_vnni = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  std::string brand;
+};
+const CpuFeatures& cpu_features();
+
+// ISA levels, ordered: an implementation built for level L runs on any CPU at level >= L.
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+const char* isa_name(Isa isa);
+// Best level the CPU supports.
+Isa detected_isa();
+// detected_isa() capped by OPTX_MAX_ISA (read once, at first use).
+Isa active_isa();
+
+// Name of the implementation the op will run with the current settings (honours
+// OPTX_MAX_ISA and OPTX_IMPL), or "" for an unknown op.
+std::string selected_impl(const std::string& op);
+// All registered ops, in registration order.
+std::vector<std::string> registered_ops();
+
+// ---- threads ------------------------------------------------------------------------------
+// Defaults to OMP_NUM_THREADS if set, else the number of cores.
+void set_num_threads(int n);
+int num_threads();
+
+// ---- memory -------------------------------------------------------------------------------
+inline constexpr size_t kAlign = 64;
+void* aligned_alloc_bytes(size_t bytes, size_t align = kAlign);  // nullptr on failure
+void aligned_free(void* p);
+
+// Caller-owned scratch memory for one op call. Size it with the op's *_workspace_size().
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+}  // namespace optx

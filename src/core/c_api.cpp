@@ -1,0 +1,70 @@
+// C API: converts C structs to the C++ params and Status to codes + thread-local message.
+#include "optx/optx.h"
+
+#include <cstring>
+#include <string>
+
+#include "optx/gemm.h"
+
+namespace {
+thread_local std::string g_last_error;
+
+optx_status to_c(const optx::Status& s) {
+  if (!s.ok()) g_last_error = s.message();
+  return static_cast<optx_status>(s.code());
+}
+
+optx::TensorView to_view(const optx_tensor& t) {
+  optx::TensorView v;
+  v.data = t.data;
+  v.dtype = static_cast<optx::DType>(t.dtype);
+  v.rank = t.rank < 0 ? 0 : (t.rank > optx::kMaxRank ? optx::kMaxRank : t.rank);
+  for (int i = 0; i < v.rank; ++i) {
+    v.sizes[i] = t.sizes[i];
+    v.strides[i] = t.strides[i];
+  }
+  return v;
+}
+
+optx::GemmParams to_params(const optx_gemm_params& p) {
+  optx::GemmParams g;
+  g.a = to_view(p.a);
+  g.b = to_view(p.b);
+  g.b_scales = to_view(p.b_scales);
+  g.bias = to_view(p.bias);
+  g.c = to_view(p.c);
+  g.alpha = p.alpha;
+  g.beta = p.beta;
+  g.b_kn = p.b_kn != 0;
+  return g;
+}
+}  // namespace
+
+extern "C" {
+
+const char* optx_version(void) { return optx::version(); }
+const char* optx_last_error(void) { return g_last_error.c_str(); }
+void optx_set_num_threads(int n) { optx::set_num_threads(n); }
+int optx_num_threads(void) { return optx::num_threads(); }
+
+optx_status optx_selected_impl(const char* op, char* buf, size_t buf_size) {
+  if (!op || !buf || buf_size == 0)
+    return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "optx_selected_impl: op and buf must be non-null, buf_size > 0"));
+  const std::string name = optx::selected_impl(op);
+  if (name.empty())
+    return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "optx_selected_impl: unknown op '", op, "'"));
+  std::strncpy(buf, name.c_str(), buf_size - 1);
+  buf[buf_size - 1] = '\0';
+  return OPTX_OK;
+}
+
+size_t optx_gemm_workspace_size(const optx_gemm_params* p) {
+  return p ? optx::gemm_workspace_size(to_params(*p)) : 0;
+}
+
+optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes) {
+  if (!p) return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null"));
+  return to_c(optx::gemm(to_params(*p), optx::Workspace{workspace, workspace_bytes}));
+}
+
+}  // extern "C"

@@ -1,0 +1,126 @@
+// Core runtime: conversions (round-to-nearest-even, NaN kept), views, CPU detection sanity,
+// thread settings, C API errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "optx/optx.h"
+#include "optx/runtime.h"
+#include "optx/tensor.h"
+
+namespace optx {
+namespace {
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Convert, Bf16RoundToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808000)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f818000)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808001)), 0x3f81);  // above tie
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f7fffff)), 0x7f80);  // max float rounds to Inf
+  EXPECT_EQ(f32_to_bf16(-0.0f), 0x8000);
+  const uint16_t nan = f32_to_bf16(from_bits(0x7f800001));  // payload only in low bits
+  EXPECT_TRUE(std::isnan(bf16_to_f32(nan)));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(-std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  for (uint32_t h = 0; h < 0x10000; ++h) {  // exact round trip of every bf16 non-NaN
+    const float f = bf16_to_f32(uint16_t(h));
+    if (!std::isnan(f)) {
+      ASSERT_EQ(f32_to_bf16(f), h);
+    }
+  }
+}
+
+TEST(Convert, F16RoundTripAndRounding) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16_to_f32(uint16_t(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f))));
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), h) << std::hex << h;
+  }
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));    // smallest subnormal
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                  // rounds to Inf
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);      // tie to even (zero)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  // Against the hardware conversion semantics on values between representable halves.
+  for (int i = 0; i < 20000; ++i) {
+    const float f = std::ldexp(1.0f + float(i) / 20000.0f, (i % 40) - 26);
+    const float back = f16_to_f32(f32_to_f16(f));
+    // Correct rounding: no half lies strictly closer to f than the result.
+    const uint16_t h = f32_to_f16(f);
+    const float up = f16_to_f32(uint16_t(h + 1)), down = h ? f16_to_f32(uint16_t(h - 1)) : back;
+    if (std::isfinite(up)) {
+      ASSERT_LE(std::fabs(back - f), std::fabs(up - f)) << f;
+    }
+    ASSERT_LE(std::fabs(back - f), std::fabs(down - f)) << f;
+  }
+}
+
+TEST(Views, ContiguityAndNumel) {
+  float x[24];
+  TensorView v = make_view(x, DType::kF32, {2, 3, 4});
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_EQ(v.strides[0], 12);
+  TensorView s = make_view(x, DType::kF32, {2, 3}, {8, 1});
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  EXPECT_STREQ(dtype_name(DType::kI64), "i64");
+}
+
+TEST(Cpu, FeatureImplications) {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512_bf16) {
+    EXPECT_TRUE(f.avx512f);
+  }
+  if (f.avx512bw) {
+    EXPECT_TRUE(f.avx512f);
+  }
+  EXPECT_LE(int(active_isa()), int(detected_isa()));
+}
+
+TEST(Threads, SetAndReset) {
+  set_num_threads(3);
+  EXPECT_EQ(num_threads(), 3);
+  set_num_threads(0);  // back to the default
+  EXPECT_GE(num_threads(), 1);
+}
+
+TEST(CApi, ErrorsAreCodesWithMessages) {
+  optx_gemm_params p{};
+  EXPECT_EQ(optx_gemm(&p, nullptr, 0), OPTX_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(optx_last_error()).find("gemm: a.rank=0"), std::string::npos) << optx_last_error();
+  char buf[32];
+  EXPECT_EQ(optx_selected_impl("gemm", buf, sizeof buf), OPTX_OK);
+  EXPECT_GT(std::strlen(buf), 0u);
+  EXPECT_EQ(optx_selected_impl("no_such_op", buf, sizeof buf), OPTX_INVALID_ARGUMENT);
+  // A real call through the C API.
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 0, 1, 0}, c[4] = {};
+  p.a = {a, OPTX_F32, 2, {2, 3}, {3, 1}};
+  p.b = {b, OPTX_F32, 2, {2, 3}, {3, 1}};
+  p.c = {c, OPTX_F32, 2, {2, 2}, {2, 1}};
+  p.alpha = 1.0f;
+  std::vector<unsigned char> ws(optx_gemm_workspace_size(&p));
+  ASSERT_EQ(optx_gemm(&p, ws.data(), ws.size()), OPTX_OK) << optx_last_error();
+  EXPECT_EQ(c[0], 1.0f);
+  EXPECT_EQ(c[1], 2.0f);
+  EXPECT_EQ(c[2], 4.0f);
+  EXPECT_EQ(c[3], 5.0f);
+}
+
+}  // namespace
+}  // namespace optx

@@ -1,0 +1,106 @@
+// Runtime state: ISA level (detected, capped by OPTX_MAX_ISA), thread count, allocation.
+#include <omp.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/log.h"
+#include "optx/runtime.h"
+
+#ifndef OPTX_VERSION_STRING
+#define OPTX_VERSION_STRING "0.0.0"
+#endif
+
+namespace optx {
+
+const char* version() { return OPTX_VERSION_STRING; }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512_bf16";
+  }
+  return "?";
+}
+
+Isa detected_isa() {
+  const CpuFeatures& f = cpu_features();
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma;
+  if (avx512 && f.avx512_bf16) return Isa::kAvx512Bf16;
+  if (avx512) return Isa::kAvx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
+namespace {
+Isa compute_active_isa() {
+  Isa isa = detected_isa();
+  const char* cap = std::getenv("OPTX_MAX_ISA");
+  if (cap && *cap) {
+    bool known = false;
+    for (int i = 0; i <= int(Isa::kAvx512Bf16); ++i) {
+      if (std::strcmp(cap, isa_name(Isa(i))) == 0) {
+        known = true;
+        if (Isa(i) < isa) isa = Isa(i);
+      }
+    }
+    if (!known)
+      log_warning(std::string("OPTX_MAX_ISA='") + cap +
+                  "' is not one of scalar|avx2|avx512|avx512_bf16; ignored");
+  }
+  return isa;
+}
+
+std::atomic<int> g_threads{0};
+
+int default_threads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env && std::atoi(env) > 0) return std::atoi(env);
+  return omp_get_num_procs();
+}
+}  // namespace
+
+Isa active_isa() {
+  static const Isa isa = compute_active_isa();
+  return isa;
+}
+
+void set_num_threads(int n) { g_threads.store(n > 0 ? n : default_threads()); }
+
+int num_threads() {
+  int n = g_threads.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    n = default_threads();
+    g_threads.store(n);
+  }
+  return n;
+}
+
+void* aligned_alloc_bytes(size_t bytes, size_t align) {
+  if (bytes == 0) bytes = align;
+  void* p = nullptr;
+  if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return nullptr;
+  return p;
+}
+
+void aligned_free(void* p) { std::free(p); }
+
+bool verbose() {
+  static const bool v = [] {
+    const char* e = std::getenv("OPTX_VERBOSE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
+
+void log_warning(const std::string& msg) { std::fprintf(stderr, "optx: warning: %s\n", msg.c_str()); }
+void log_verbose(const std::string& msg) {
+  if (verbose()) std::fprintf(stderr, "optx: %s\n", msg.c_str());
+}
+
+}  // namespace optx

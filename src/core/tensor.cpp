@@ -1,0 +1,71 @@
+#include "optx/tensor.h"
+
+namespace optx {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI8: return "i8";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kBF16: case DType::kF16: return 2;
+    case DType::kI8: return 1;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= sizes[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != expect) return false;
+    expect *= sizes[i];
+  }
+  return true;
+}
+
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = int(sizes.size() > size_t(kMaxRank) ? kMaxRank : sizes.size());
+  int i = 0;
+  for (int64_t s : sizes) {
+    if (i == v.rank) break;
+    v.sizes[i++] = s;
+  }
+  int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.strides[d] = stride;
+    stride *= v.sizes[d];
+  }
+  return v;
+}
+
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                     std::initializer_list<int64_t> strides) {
+  TensorView v = make_view(data, dtype, sizes);
+  int i = 0;
+  for (int64_t s : strides) {
+    if (i == v.rank) break;
+    v.strides[i++] = s;
+  }
+  return v;
+}
+
+}  // namespace optx

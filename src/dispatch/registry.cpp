@@ -1,0 +1,63 @@
+#include "dispatch/registry.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+namespace optx {
+namespace dispatch {
+namespace {
+struct OpEntry {
+  std::string op;
+  std::string (*selected)();
+};
+std::vector<OpEntry>& ops() {
+  static std::vector<OpEntry> v;
+  return v;
+}
+std::mutex& ops_mutex() {
+  static std::mutex m;
+  return m;
+}
+}  // namespace
+
+std::string forced_impl(const std::string& op) {
+  const char* env = std::getenv("OPTX_IMPL");
+  if (!env) return "";
+  // Format: op=impl[,op=impl...]
+  std::string s(env);
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(pos, end - pos);
+    size_t eq = item.find('=');
+    if (eq != std::string::npos && item.substr(0, eq) == op) return item.substr(eq + 1);
+    pos = end + 1;
+  }
+  return "";
+}
+
+void register_op(const std::string& op, std::string (*selected)()) {
+  std::lock_guard<std::mutex> lock(ops_mutex());
+  for (auto& e : ops())
+    if (e.op == op) return;
+  ops().push_back({op, selected});
+}
+}  // namespace dispatch
+
+std::string selected_impl(const std::string& op) {
+  std::lock_guard<std::mutex> lock(dispatch::ops_mutex());
+  for (auto& e : dispatch::ops())
+    if (e.op == op) return e.selected();
+  return "";
+}
+
+std::vector<std::string> registered_ops() {
+  std::lock_guard<std::mutex> lock(dispatch::ops_mutex());
+  std::vector<std::string> r;
+  for (auto& e : dispatch::ops()) r.push_back(e.op);
+  return r;
+}
+
+}  // namespace optx

@@ -1,0 +1,356 @@
+// GEMM: validate -> plan (blocking, thread split, workspace) -> dispatch -> blocked driver.
+//
+// Loop nest per thread (B panels are 64 columns wide, see PackedMatrix):
+//   for each chunk of mc rows of A          (A chunk, mc x K, sized to stay in L2)
+//     for each of the thread's panels j     (C chunk mc x 64 accumulates in f32 scratch)
+//       for each K block of kc              (B micro-panel kc x 64 <= 32 KiB: stays in L1)
+//         for each 6-row slice of the chunk: microkernel 6 x 64 x kc
+//       epilogue: alpha, per-channel scale, beta * C, bias, conversion -> C
+// The B micro-panel is reused mc/6 times from L1 and each A chunk is read from L2 once per
+// panel; every output element is reduced over K in the same order whatever the thread
+// count, so results are bitwise independent of it.
+//
+// Threads split the panels (N) when there are enough of them, which is always the case for
+// decode (M <= 16): each thread then streams a contiguous run of packed weights, the
+// memory-bound case. Otherwise they split the row chunks (M).
+#include "ops/gemm/gemm_internal.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+#include "ops/gemm/gemm_kernels.h"
+
+namespace optx {
+namespace gemm_detail {
+namespace {
+
+constexpr const char* kOp = "gemm";
+constexpr int64_t kL2Budget = 1 << 20;  // bytes of an A chunk: half of a 2 MiB L2
+constexpr int64_t kDecodeRows = 16;
+
+int64_t b_rows_n(const GemmParams& p) {
+  if (p.packed_b) return p.packed_b->n;
+  return p.b_kn ? p.b.sizes[1] : p.b.sizes[0];
+}
+DType b_dtype(const GemmParams& p) { return p.packed_b ? p.packed_b->dtype : p.b.dtype; }
+
+Status check_strides(const TensorView& t, const char* name) {
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] < 0)
+      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".sizes[", d, "]=", t.sizes[d], " is negative");
+    if (t.strides[d] < 0)
+      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".strides[", d, "]=", t.strides[d],
+                   " is negative (negative strides are not supported)");
+  }
+  return Status::Ok();
+}
+
+struct Plan {
+  int64_t M = 0, N = 0, K = 0, panels = 0;
+  int64_t kc = 0, mc = 0, n_ic = 0;
+  int threads = 1;
+  bool split_n = true;
+  bool conv_a = false;  // A is bf16 and must be widened to f32 for the chosen kernel
+  size_t acc_off = 0, bbuf_off = 0, scale_off = 0, aconv_off = 0, per_thread = 0;
+};
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// conv_a_possible: reserve space to widen A (A bf16); the kernel table decides later
+// whether it is used, so the workspace size does not depend on the implementation.
+Plan make_plan(const GemmParams& p) {
+  Plan pl;
+  pl.M = p.a.sizes[0];
+  pl.K = p.a.sizes[1];
+  pl.N = b_rows_n(p);
+  pl.panels = (pl.N + kNR - 1) / kNR;
+  const DType bt = b_dtype(p);
+  const bool a_bf16 = p.a.dtype == DType::kBF16;
+  // kc: B micro-panel of kc x 64 elements <= 32 KiB so it stays in a 48 KiB L1D.
+  int64_t kc = bt == DType::kF32 ? 128 : 256;
+  // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
+  // B must be packed on the fly (the buffer would grow with K).
+  if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
+  pl.kc = kc;
+  if (pl.M <= kDecodeRows) {
+    pl.mc = std::max<int64_t>(pl.M, 1);
+  } else {
+    const int64_t a_bytes = a_bf16 ? 4 : int64_t(dtype_size(p.a.dtype));  // widened if converted
+    int64_t mc = kL2Budget / std::max<int64_t>(pl.K * a_bytes, 1);
+    mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
+    pl.mc = std::min(mc, (pl.M + kMR - 1) / kMR * kMR);
+  }
+  pl.n_ic = (pl.M + pl.mc - 1) / pl.mc;
+
+  const int T = std::max(1, num_threads());
+  if (pl.M <= kDecodeRows || pl.panels >= 4 * int64_t(T) || pl.n_ic < T) {
+    pl.split_n = true;
+    pl.threads = int(std::max<int64_t>(1, std::min<int64_t>(T, pl.panels)));
+  } else {
+    pl.split_n = false;
+    pl.threads = int(std::min<int64_t>(T, pl.n_ic));
+  }
+
+  size_t off = 0;
+  pl.acc_off = off;
+  off = align_up(off + size_t(pl.mc) * kNR * sizeof(float));
+  pl.bbuf_off = off;
+  if (!p.packed_b) off = align_up(off + size_t(pl.kc + 1) * kNR * dtype_size(bt));
+  pl.scale_off = off;
+  off = align_up(off + kNR * sizeof(float));
+  pl.aconv_off = off;
+  if (a_bf16) off = align_up(off + size_t(pl.mc) * size_t(pl.K) * sizeof(float));
+  pl.per_thread = off;
+  return pl;
+}
+
+// + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
+size_t workspace_bytes(const Plan& pl) { return pl.per_thread * size_t(pl.threads) + kAlign; }
+
+struct ThreadRange {
+  int64_t p0, p1, ic0, ic1;
+};
+
+ThreadRange range_for(const Plan& pl, int t) {
+  const int T = pl.threads;
+  if (pl.split_n) return {pl.panels * t / T, pl.panels * (t + 1) / T, 0, pl.n_ic};
+  return {0, pl.panels, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
+}
+
+void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp,
+                uint8_t* ws, const ThreadRange& r) {
+  float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
+  void* bbuf = ws + pl.bbuf_off;
+  float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
+  float* aconv = reinterpret_cast<float*>(ws + pl.aconv_off);
+  const DType bt = b_dtype(p);
+  const size_t besize = dtype_size(bt);
+  const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
+  const int64_t K = pl.K, lda_in = p.a.strides[0];
+  const size_t c_esize = dtype_size(p.c.dtype);
+  const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
+
+  for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
+    const int64_t row0 = ic * pl.mc;
+    const int mrows = int(std::min(pl.mc, pl.M - row0));
+    const float* af = nullptr;
+    const uint16_t* ab = nullptr;
+    int64_t lda = lda_in;
+    if (use_dp) {
+      ab = static_cast<const uint16_t*>(p.a.data) + row0 * lda_in;
+    } else if (p.a.dtype == DType::kF32) {
+      af = static_cast<const float*>(p.a.data) + row0 * lda_in;
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(p.a.data) + row0 * lda_in;
+      for (int i = 0; i < mrows; ++i)
+        for (int64_t k = 0; k < K; ++k) aconv[i * K + k] = bf16_to_f32(src[i * lda_in + k]);
+      af = aconv;
+      lda = K;
+    }
+    for (int64_t j = r.p0; j < r.p1; ++j) {
+      const int ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
+      const float* scales = nullptr;
+      if (bt == DType::kI8) {
+        if (p.packed_b) {
+          scales = p.packed_b->scales + j * kNR;
+        } else {
+          pack_scales(p.b_scales, j, sbuf);
+          scales = sbuf;
+        }
+      }
+      // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
+      for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
+        const int64_t kcur = std::min(pl.kc, K - kb);
+        const void* bp;
+        if (p.packed_b) {
+          bp = p.packed_b->panel(j) + size_t(kb) * kNR * besize;
+        } else {
+          pack_panel(p.b, p.b_kn, j, kb, kcur, bbuf);
+          bp = bbuf;
+        }
+        for (int ir = 0; ir < mrows; ir += kMR) {
+          const int m = std::min(kMR, mrows - ir);
+          if (use_dp)
+            kt.bf16dp(m, kcur, ab + ir * lda + kb, lda, bp, acc + ir * kNR, kb > 0);
+          else
+            kern(m, kcur, af + ir * lda + kb, lda, bp, acc + ir * kNR, kb > 0);
+        }
+      }
+      EpilogueArgs e;
+      e.acc = acc;
+      e.m = mrows;
+      e.ncols = ncols;
+      e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
+      e.ldc = p.c.strides[0];
+      e.c_dtype = p.c.dtype;
+      e.alpha = p.alpha;
+      e.beta = p.beta;
+      e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * bias_esize : nullptr;
+      e.bias_dtype = p.bias.dtype;
+      e.col_scale = scales;
+      kt.epilogue(e);
+    }
+  }
+}
+
+template <const KernelTable& (*Table)()>
+Status run_blocked(const GemmParams& p, Workspace ws) {
+  const Plan pl = make_plan(p);
+  if (pl.M == 0 || pl.N == 0) return Status::Ok();
+  const KernelTable& kt = Table();
+  const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
+  uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  if (pl.threads == 1) {
+    run_thread(pl, p, kt, use_dp, base, range_for(pl, 0));
+    return Status::Ok();
+  }
+#pragma omp parallel num_threads(pl.threads)
+  {
+    const int t = omp_get_thread_num();
+    run_thread(pl, p, kt, use_dp, base + size_t(t) * pl.per_thread, range_for(pl, t));
+  }
+  return Status::Ok();
+}
+
+std::string selected_name();
+
+const dispatch::Registry<GemmFn>& make_registry() {
+  static const dispatch::Registry<GemmFn> r(
+      kOp, {
+               {"avx512_bf16", Isa::kAvx512Bf16, run_blocked<kernels_avx512_bf16>},
+               {"avx512", Isa::kAvx512, run_blocked<kernels_avx512>},
+               {"avx2", Isa::kAvx2, run_blocked<kernels_avx2>},
+               {"scalar", Isa::kScalar, run_blocked<kernels_scalar>},
+               {"reference", Isa::kScalar, gemm_reference},
+           });
+  return r;
+}
+
+std::string selected_name() { return make_registry().selected_name(); }
+
+[[maybe_unused]] const bool registered = [] {
+  dispatch::register_op(kOp, selected_name);
+  return true;
+}();
+
+}  // namespace
+
+const dispatch::Registry<GemmFn>& registry() { return make_registry(); }
+
+Status validate(const GemmParams& p) {
+  const TensorView& a = p.a;
+  if (a.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": a.rank=", a.rank, " but must be 2 ([M, K])");
+  OPTX_RETURN_IF_ERROR(check_strides(a, "a"));
+  if (a.dtype != DType::kF32 && a.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, kOp, ": a.dtype=", dtype_name(a.dtype), " but must be f32 or bf16");
+  const int64_t M = a.sizes[0], K = a.sizes[1];
+  if (M > 0 && K > 0 && !a.data) return Error(StatusCode::kInvalidArgument, kOp, ": a.data is null");
+  if (K > 1 && a.strides[1] != 1)
+    return Error(StatusCode::kInvalidArgument, kOp, ": a.strides[1]=", a.strides[1], " but must be 1 (rows contiguous)");
+  if (M > 1 && a.strides[0] < K)
+    return Error(StatusCode::kInvalidArgument, kOp, ": a.strides[0]=", a.strides[0], " but must be >= K=", K);
+
+  if (p.packed_b && !p.b.empty())
+    return Error(StatusCode::kInvalidArgument, kOp, ": both b and packed_b given; pass one");
+  DType bt;
+  int64_t N, Kb;
+  if (p.packed_b) {
+    if (!p.packed_b->data && p.packed_b->n > 0 && p.packed_b->k > 0)
+      return Error(StatusCode::kInvalidArgument, kOp, ": packed_b->data is null");
+    bt = p.packed_b->dtype;
+    N = p.packed_b->n;
+    Kb = p.packed_b->k;
+    if (bt == DType::kI8 && !p.packed_b->scales && N > 0)
+      return Error(StatusCode::kInvalidArgument, kOp, ": packed_b is i8 but has no scales");
+  } else {
+    const TensorView& b = p.b;
+    if (b.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": b.rank=", b.rank, " but must be 2 ([N, K] or [K, N])");
+    OPTX_RETURN_IF_ERROR(check_strides(b, "b"));
+    bt = b.dtype;
+    N = p.b_kn ? b.sizes[1] : b.sizes[0];
+    Kb = p.b_kn ? b.sizes[0] : b.sizes[1];
+    if (N > 0 && Kb > 0 && !b.data) return Error(StatusCode::kInvalidArgument, kOp, ": b.data is null");
+  }
+  if (bt != DType::kF32 && bt != DType::kBF16 && bt != DType::kI8)
+    return Error(StatusCode::kInvalidArgument, kOp, ": b.dtype=", dtype_name(bt), " but must be f32, bf16 or i8");
+  if (Kb != K)
+    return Error(StatusCode::kInvalidArgument, kOp, ": b has K=", Kb, (p.b_kn ? " (b.sizes[0])" : " (b.sizes[1])"),
+                 " but a.sizes[1]=", K, ": K must match");
+  if (a.dtype == DType::kBF16 && bt == DType::kF32)
+    return Error(StatusCode::kInvalidArgument, kOp, ": a.dtype=bf16 with b.dtype=f32 is not supported (use f32 a or bf16 b)");
+  if (bt == DType::kI8 && !p.packed_b) {
+    const TensorView& s = p.b_scales;
+    if (!s.data) return Error(StatusCode::kInvalidArgument, kOp, ": b_scales.data is null but b is i8 (per-channel scales required)");
+    if (s.rank != 1 || s.sizes[0] != N || s.dtype != DType::kF32)
+      return Error(StatusCode::kInvalidArgument, kOp, ": b_scales must be f32 [N=", N, "], got rank ", s.rank,
+                   " sizes[0]=", s.sizes[0], " dtype ", dtype_name(s.dtype));
+    OPTX_RETURN_IF_ERROR(check_strides(s, "b_scales"));
+  } else if (!p.b_scales.empty()) {
+    return Error(StatusCode::kInvalidArgument, kOp, ": b_scales given but b is not an unpacked i8 matrix");
+  }
+
+  const TensorView& c = p.c;
+  if (c.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": c.rank=", c.rank, " but must be 2 ([M, N])");
+  OPTX_RETURN_IF_ERROR(check_strides(c, "c"));
+  if (c.sizes[0] != M || c.sizes[1] != N)
+    return Error(StatusCode::kInvalidArgument, kOp, ": c.sizes=[", c.sizes[0], ", ", c.sizes[1], "] but must be [M=", M,
+                 ", N=", N, "]");
+  if (c.dtype != DType::kF32 && c.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, kOp, ": c.dtype=", dtype_name(c.dtype), " but must be f32 or bf16");
+  if (M > 0 && N > 0 && !c.data) return Error(StatusCode::kInvalidArgument, kOp, ": c.data is null");
+  if (N > 1 && c.strides[1] != 1)
+    return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[1]=", c.strides[1], " but must be 1 (rows contiguous)");
+  if (M > 1 && c.strides[0] < N)
+    return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[0]=", c.strides[0], " but must be >= N=", N);
+
+  if (!p.bias.empty()) {
+    const TensorView& bias = p.bias;
+    if (!bias.data && N > 0) return Error(StatusCode::kInvalidArgument, kOp, ": bias.data is null");
+    if (bias.rank != 1 || bias.sizes[0] != N)
+      return Error(StatusCode::kInvalidArgument, kOp, ": bias must be [N=", N, "], got rank ", bias.rank, " sizes[0]=",
+                   bias.sizes[0]);
+    if (bias.dtype != DType::kF32 && bias.dtype != DType::kBF16)
+      return Error(StatusCode::kInvalidArgument, kOp, ": bias.dtype=", dtype_name(bias.dtype), " but must be f32 or bf16");
+    if (N > 1 && bias.strides[0] != 1)
+      return Error(StatusCode::kInvalidArgument, kOp, ": bias.strides[0]=", bias.strides[0], " but must be 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace gemm_detail
+
+size_t gemm_workspace_size(const GemmParams& p) {
+  if (!gemm_detail::validate(p).ok()) return 0;
+  return gemm_detail::workspace_bytes(gemm_detail::make_plan(p));
+}
+
+namespace gemm_detail {
+Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspace ws) {
+  OPTX_RETURN_IF_ERROR(validate(p));
+  if (impl.fn != gemm_reference) {
+    const size_t need = workspace_bytes(make_plan(p));
+    if (ws.bytes < need || (need > 0 && !ws.data))
+      return Error(StatusCode::kWorkspaceTooSmall, kOp, ": workspace.bytes=", ws.bytes,
+                   " but gemm_workspace_size()=", need, " (at ", num_threads(), " threads)");
+  }
+  return impl.fn(p, ws);
+}
+}  // namespace gemm_detail
+
+Status gemm(const GemmParams& p, Workspace ws) {
+  const dispatch::Impl<gemm_detail::GemmFn>* impl = nullptr;
+  OPTX_RETURN_IF_ERROR(gemm_detail::registry().select(&impl));
+  if (verbose()) {
+    static const bool once = [&] {
+      log_verbose(std::string("gemm: running implementation '") + impl->name + "'");
+      return true;
+    }();
+    (void)once;
+  }
+  return gemm_detail::run_impl(*impl, p, ws);
+}
+
+}  // namespace optx

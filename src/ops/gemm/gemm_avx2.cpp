@@ -1,0 +1,147 @@
+// AVX2 + FMA microkernels. 16 ymm registers allow 6 rows x 2 ymm = 12 accumulators, so a
+// 64-wide panel is processed as four 16-column sub-panels; the 6 x kc slice of A is
+// re-read from L1 for each of them.
+#include <immintrin.h>
+
+#include "ops/gemm/gemm_kernels.h"
+
+#define OPTX_ISA_NS avx2
+#include "ops/gemm/gemm_epilogue_inl.h"
+
+namespace optx::gemm_detail::avx2 {
+namespace {
+
+// Widens 16 columns of the current k (or k-pair) of the sub-panel into two ymm of f32.
+struct LoadF32 {
+  OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
+    const float* p = static_cast<const float*>(b) + k * kNR + s * 16;
+    v[0] = _mm256_load_ps(p);
+    v[1] = _mm256_load_ps(p + 8);
+  }
+};
+struct LoadI8 {
+  OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
+    const int8_t* p = static_cast<const int8_t*>(b) + k * kNR + s * 16;
+    const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+    v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x));
+    v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(x, x)));
+  }
+};
+
+template <int M>
+OPTX_ALWAYS_INLINE void fma_rows(__m256 (&c)[M][2], const __m256 (&b)[2], const float* a,
+                                 int64_t lda, int64_t k) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r) {
+    const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+    c[r][0] = _mm256_fmadd_ps(av, b[0], c[r][0]);
+    c[r][1] = _mm256_fmadd_ps(av, b[1], c[r][1]);
+  }
+}
+
+template <int M>
+OPTX_ALWAYS_INLINE void begin(__m256 (&c)[M][2], const float* acc, bool accumulate) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+    for (int i = 0; i < 2; ++i)
+      c[r][i] = accumulate ? _mm256_loadu_ps(acc + r * kNR + 8 * i) : _mm256_setzero_ps();
+}
+
+template <int M>
+OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][2], float* acc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+    for (int i = 0; i < 2; ++i) _mm256_storeu_ps(acc + r * kNR + 8 * i, c[r][i]);
+}
+
+template <class Load, int M>
+void kern_one_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+                bool accumulate) {
+  for (int s = 0; s < 4; ++s) {
+    __m256 c[M][2];
+    begin<M>(c, acc + 16 * s, accumulate);
+    for (int64_t k = 0; k < kc; ++k) {
+      __m256 bb[2];
+      Load::even(b, k, s, bb);
+      fma_rows<M>(c, bb, a, lda, k);
+    }
+    end<M>(c, acc + 16 * s);
+  }
+}
+
+// bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column.
+template <int M>
+void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+                  bool accumulate) {
+  const uint16_t* b = static_cast<const uint16_t*>(bv);
+  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
+  for (int s = 0; s < 4; ++s) {
+    __m256 c[M][2];
+    begin<M>(c, acc + 16 * s, accumulate);
+    int64_t k = 0;
+    for (; k + 1 < kc; k += 2) {
+      const uint16_t* p = b + k * kNR + s * 32;
+      const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+      const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16));
+      const __m256 ev[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16))};
+      const __m256 od[2] = {_mm256_castsi256_ps(_mm256_and_si256(v0, hi)),
+                            _mm256_castsi256_ps(_mm256_and_si256(v1, hi))};
+      fma_rows<M>(c, ev, a, lda, k);
+      fma_rows<M>(c, od, a, lda, k + 1);
+    }
+    if (k < kc) {  // odd K: only the even half of the last pair exists in A
+      const uint16_t* p = b + k * kNR + s * 32;
+      const __m256 ev[2] = {
+          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), 16)),
+          _mm256_castsi256_ps(
+              _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16)), 16))};
+      fma_rows<M>(c, ev, a, lda, k);
+    }
+    end<M>(c, acc + 16 * s);
+  }
+}
+
+#define OPTX_DISPATCH_M(...)                    \
+  switch (m) {                                  \
+    case 1: return __VA_ARGS__<1>(kc, a, lda, b, acc, accumulate); \
+    case 2: return __VA_ARGS__<2>(kc, a, lda, b, acc, accumulate); \
+    case 3: return __VA_ARGS__<3>(kc, a, lda, b, acc, accumulate); \
+    case 4: return __VA_ARGS__<4>(kc, a, lda, b, acc, accumulate); \
+    case 5: return __VA_ARGS__<5>(kc, a, lda, b, acc, accumulate); \
+    default: return __VA_ARGS__<6>(kc, a, lda, b, acc, accumulate); \
+  }
+
+template <int M>
+void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc, bool accumulate) {
+  kern_one_m<LoadF32, M>(kc, a, lda, b, acc, accumulate);
+}
+template <int M>
+void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc, bool accumulate) {
+  kern_one_m<LoadI8, M>(kc, a, lda, b, acc, accumulate);
+}
+
+void kern_f32(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+              bool accumulate) {
+  OPTX_DISPATCH_M(kern_f32_m)
+}
+void kern_bf16b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+                bool accumulate) {
+  OPTX_DISPATCH_M(kern_bf16b_m)
+}
+void kern_i8b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+              bool accumulate) {
+  OPTX_DISPATCH_M(kern_i8b_m)
+}
+#undef OPTX_DISPATCH_M
+
+}  // namespace
+}  // namespace optx::gemm_detail::avx2
+
+namespace optx::gemm_detail {
+const KernelTable& kernels_avx2() {
+  static const KernelTable t{avx2::kern_f32, avx2::kern_bf16b, avx2::kern_i8b, nullptr,
+                             avx2::epilogue};
+  return t;
+}
+}  // namespace optx::gemm_detail

@@ -1,0 +1,11 @@
+// AVX-512 F/BW/VL/DQ kernels (bf16 weights widened in registers).
+#define OPTX_ISA_NS avx512
+#include "ops/gemm/gemm_avx512_inl.h"
+
+namespace optx::gemm_detail {
+const KernelTable& kernels_avx512() {
+  static const KernelTable t{avx512::kern_f32, avx512::kern_bf16b, avx512::kern_i8b, nullptr,
+                             avx512::epilogue};
+  return t;
+}
+}  // namespace optx::gemm_detail

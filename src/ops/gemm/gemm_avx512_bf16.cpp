@@ -1,0 +1,12 @@
+// AVX-512 + AVX512_BF16: as gemm_avx512.cpp, plus vdpbf16ps for bf16 x bf16.
+#define OPTX_ISA_NS avx512_bf16
+#include "ops/gemm/gemm_avx512_inl.h"
+
+namespace optx::gemm_detail {
+const KernelTable& kernels_avx512_bf16() {
+  static const KernelTable t{avx512_bf16::kern_f32, avx512_bf16::kern_bf16b,
+                             avx512_bf16::kern_i8b, avx512_bf16::kern_bf16dp,
+                             avx512_bf16::epilogue};
+  return t;
+}
+}  // namespace optx::gemm_detail

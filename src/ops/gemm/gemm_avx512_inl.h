@@ -1,0 +1,183 @@
+// AVX-512 microkernels, 6 x 64 tiles: 6 rows x 4 zmm = 24 accumulators, 4 registers for the
+// B row, broadcasts of A folded into the FMA's memory operand. Per k step that is 24 FMAs
+// (12 cycles on two FMA ports) against 4 vector loads from an L1-resident B micro-panel
+// plus 6 broadcast loads, so the loop is FMA-bound.
+//
+// Included by gemm_avx512.cpp and gemm_avx512_bf16.cpp (which adds vdpbf16ps), each in
+// its own namespace OPTX_ISA_NS.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/gemm/gemm_kernels.h"
+#include "ops/gemm/gemm_epilogue_inl.h"
+
+namespace optx::gemm_detail::OPTX_ISA_NS {
+namespace {
+
+template <int M>
+OPTX_ALWAYS_INLINE void load_tile(__m512 (&c)[M][4], const float* acc, bool accumulate) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      c[r][i] = accumulate ? _mm512_loadu_ps(acc + r * kNR + 16 * i) : _mm512_setzero_ps();
+}
+
+template <int M>
+OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], float* acc) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
+}
+
+template <int M>
+OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const float* a,
+                                int64_t lda, int64_t k) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r) {
+    const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) c[r][i] = _mm512_fmadd_ps(av, b[i], c[r][i]);
+  }
+}
+
+template <int M>
+void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+                bool accumulate) {
+  const float* b = static_cast<const float*>(bv);
+  __m512 c[M][4];
+  load_tile<M>(c, acc, accumulate);
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + k * kNR;
+    const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
+                          _mm512_load_ps(bk + 48)};
+    fma_row<M>(c, bb, a, lda, k);
+  }
+  store_tile<M>(c, acc);
+}
+
+// B bf16 pairs widened to f32 in registers: a 32-bit lane holds (k even | k odd << 16) of
+// one column, so "lane << 16" is the even-k value and "lane & 0xffff0000" the odd-k value.
+template <int M>
+void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+                  bool accumulate) {
+  const uint16_t* b = static_cast<const uint16_t*>(bv);
+  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
+  __m512 c[M][4];
+  load_tile<M>(c, acc, accumulate);
+  int64_t k = 0;
+  for (; k + 1 < kc; k += 2) {
+    const uint16_t* bk = b + k * kNR;
+    __m512 even[4], odd[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i v = _mm512_load_si512(bk + 32 * i);
+      even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      odd[i] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+    }
+    fma_row<M>(c, even, a, lda, k);
+    fma_row<M>(c, odd, a, lda, k + 1);
+  }
+  if (k < kc) {  // odd K: the last pair's odd half is zero padding, A has no element there
+    const uint16_t* bk = b + k * kNR;
+    __m512 even[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512(bk + 32 * i), 16));
+    fma_row<M>(c, even, a, lda, k);
+  }
+  store_tile<M>(c, acc);
+}
+
+template <int M>
+void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+                bool accumulate) {
+  const int8_t* b = static_cast<const int8_t*>(bv);
+  __m512 c[M][4];
+  load_tile<M>(c, acc, accumulate);
+  for (int64_t k = 0; k < kc; ++k) {
+    const int8_t* bk = b + k * kNR;
+    __m512 bb[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      bb[i] = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
+    fma_row<M>(c, bb, a, lda, k);
+  }
+  store_tile<M>(c, acc);
+}
+
+#define OPTX_DISPATCH_M(KERN, ...)            \
+  switch (m) {                                \
+    case 1: return KERN<1>(__VA_ARGS__);      \
+    case 2: return KERN<2>(__VA_ARGS__);      \
+    case 3: return KERN<3>(__VA_ARGS__);      \
+    case 4: return KERN<4>(__VA_ARGS__);      \
+    case 5: return KERN<5>(__VA_ARGS__);      \
+    default: return KERN<6>(__VA_ARGS__);     \
+  }
+
+void kern_f32(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+              bool accumulate) {
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, lda, b, acc, accumulate)
+}
+void kern_bf16b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+                bool accumulate) {
+  OPTX_DISPATCH_M(kern_bf16b_m, kc, a, lda, b, acc, accumulate)
+}
+void kern_i8b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+              bool accumulate) {
+  OPTX_DISPATCH_M(kern_i8b_m, kc, a, lda, b, acc, accumulate)
+}
+
+#ifdef __AVX512BF16__
+// Native bf16: vdpbf16ps adds a[k]*b[k] + a[k+1]*b[k+1] into each f32 lane, so one
+// instruction does the work of two FMAs and B needs no widening.
+template <int M>
+void kern_bf16dp_m(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc,
+                   bool accumulate) {
+  const uint16_t* b = static_cast<const uint16_t*>(bv);
+  __m512 c[M][4];
+  load_tile<M>(c, acc, accumulate);
+  const int64_t pairs = kc / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint16_t* bk = b + p * 2 * kNR;
+    __m512bh bb[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + r * lda + 2 * p, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
+    }
+  }
+  if (kc & 1) {  // odd K: pair the last element with zero (A has nothing past K)
+    const uint16_t* bk = b + pairs * 2 * kNR;
+    __m512bh bb[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int32_t(a[r * lda + 2 * pairs]));
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
+    }
+  }
+  store_tile<M>(c, acc);
+}
+
+void kern_bf16dp(int m, int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
+                 bool accumulate) {
+  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, lda, b, acc, accumulate)
+}
+#endif
+
+#undef OPTX_DISPATCH_M
+
+}  // namespace
+}  // namespace optx::gemm_detail::OPTX_ISA_NS

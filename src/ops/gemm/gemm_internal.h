@@ -1,0 +1,29 @@
+// Internal pieces of the GEMM family shared by the driver, packing, tests and tools.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch/registry.h"
+#include "optx/gemm.h"
+
+namespace optx::gemm_detail {
+
+// Writes rows [k0, k0 + kc) of column panel j of B into dst in the packed panel format
+// (see PackedMatrix), zero-filling columns past N and, for bf16, the odd half of a final
+// incomplete pair. k0 is even for bf16. b is [N, K] or, with kn, [K, N].
+void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst);
+// 64 per-column scales of panel j (zero past N).
+void pack_scales(const TensorView& scales, int64_t j, float* dst);
+
+// Validation shared by gemm() and gemm_workspace_size().
+Status validate(const GemmParams& p);
+
+using GemmFn = Status (*)(const GemmParams&, Workspace);
+const dispatch::Registry<GemmFn>& registry();
+// Validates, checks the workspace, and runs one given implementation (tests, verify, bench).
+Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspace ws);
+
+// Reference: double accumulation, reads B through its unpacked view or PackedMatrix::at.
+Status gemm_reference(const GemmParams& p, Workspace ws);
+
+}  // namespace optx::gemm_detail

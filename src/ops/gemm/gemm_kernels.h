@@ -1,0 +1,52 @@
+// Internal interface between the GEMM driver (gemm.cpp: blocking, threads, epilogue order)
+// and the per-ISA microkernels (gemm_<isa>.cpp).
+//
+// A microkernel computes an m x 64 tile (m <= kMR) over kc steps of K:
+//   acc[r][0..64) (+)= sum_k A[r][k] * Bpanel[k][0..64)
+// acc is an f32 scratch tile with row stride 64 in the caller's workspace; `accumulate`
+// says whether to add to it (later K blocks) or overwrite it (first K block). The epilogue
+// then turns the finished tile into C: alpha * scale[n] * acc + beta * C + bias[n].
+#pragma once
+
+#include <cstdint>
+
+#include "optx/tensor.h"
+
+namespace optx::gemm_detail {
+
+inline constexpr int kNR = 64;  // panel width = PackedMatrix::kPanel
+inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 accumulators
+
+// A is f32 (caller converts bf16 A when the kernel needs f32).
+using KernelF32A = void (*)(int m, int64_t kc, const float* a, int64_t lda, const void* b,
+                            float* acc, bool accumulate);
+// A is bf16, B bf16 pairs: native bf16 dot products.
+using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, int64_t lda, const void* b,
+                             float* acc, bool accumulate);
+
+struct EpilogueArgs {
+  const float* acc;        // m x 64, row stride 64
+  int m, ncols;            // valid rows / columns of the tile
+  void* c;                 // C at (row0, col0)
+  int64_t ldc;
+  DType c_dtype;
+  float alpha, beta;
+  const void* bias;        // at col0, or nullptr
+  DType bias_dtype;
+  const float* col_scale;  // 64 per-column scales (i8 weights), or nullptr
+};
+
+struct KernelTable {
+  KernelF32A f32b;      // B f32   [kc][64]
+  KernelF32A bf16b;     // B bf16  [kc/2][64][2]; kc odd only in the last block (zero pad)
+  KernelF32A i8b;       // B i8    [kc][64]
+  KernelBf16A bf16dp;   // A bf16 x B bf16 with a dot-product instruction; may be nullptr
+  void (*epilogue)(const EpilogueArgs&);
+};
+
+const KernelTable& kernels_scalar();
+const KernelTable& kernels_avx2();
+const KernelTable& kernels_avx512();
+const KernelTable& kernels_avx512_bf16();
+
+}  // namespace optx::gemm_detail

@@ -1,0 +1,179 @@
+// Weight packing: [N, K] (or [K, N]) matrices into 64-column panels (see optx/gemm.h).
+#include <cstring>
+#include <new>
+
+#include "ops/gemm/gemm_internal.h"
+#include "ops/gemm/gemm_kernels.h"
+
+namespace optx {
+namespace gemm_detail {
+
+namespace {
+template <class T>
+void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, T* dst) {
+  const int64_t N = kn ? b.sizes[1] : b.sizes[0];
+  const int64_t K = kn ? b.sizes[0] : b.sizes[1];
+  const int64_t sn = kn ? b.strides[1] : b.strides[0];
+  const int64_t sk = kn ? b.strides[0] : b.strides[1];
+  const T* src = static_cast<const T*>(b.data);
+  const int64_t n0 = j * kNR;
+  const int64_t ncols = N - n0 < kNR ? N - n0 : kNR;
+  const bool pairs = sizeof(T) == 2;  // bf16: [k/2][64][2]
+  const int64_t krows = pairs ? (kc + 1) / 2 * 2 : kc;
+  for (int64_t kk = 0; kk < krows; ++kk) {
+    const int64_t k = k0 + kk;
+    for (int64_t n = 0; n < kNR; ++n) {
+      const T v = (n < ncols && k < K) ? src[(n0 + n) * sn + k * sk] : T(0);
+      const int64_t idx = pairs ? (kk / 2) * 2 * kNR + 2 * n + (kk & 1) : kk * kNR + n;
+      dst[idx] = v;
+    }
+  }
+}
+}  // namespace
+
+void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) {
+  switch (b.dtype) {
+    case DType::kF32: return pack_typed(b, kn, j, k0, kc, static_cast<float*>(dst));
+    case DType::kBF16: return pack_typed(b, kn, j, k0, kc, static_cast<uint16_t*>(dst));
+    case DType::kI8: return pack_typed(b, kn, j, k0, kc, static_cast<int8_t*>(dst));
+    default: return;
+  }
+}
+
+void pack_scales(const TensorView& scales, int64_t j, float* dst) {
+  const int64_t N = scales.sizes[0];
+  const float* s = static_cast<const float*>(scales.data);
+  for (int64_t n = 0; n < kNR; ++n) {
+    const int64_t col = j * kNR + n;
+    dst[n] = col < N ? s[col * scales.strides[0]] : 0.0f;
+  }
+}
+
+}  // namespace gemm_detail
+
+float PackedMatrix::at(int64_t n_idx, int64_t k_idx) const {
+  const int64_t j = n_idx / kPanel, n = n_idx % kPanel;
+  const uint8_t* p = panel(j);
+  switch (dtype) {
+    case DType::kF32: return reinterpret_cast<const float*>(p)[k_idx * kPanel + n];
+    case DType::kBF16:
+      return bf16_to_f32(
+          reinterpret_cast<const uint16_t*>(p)[(k_idx / 2) * 2 * kPanel + 2 * n + (k_idx & 1)]);
+    case DType::kI8: return float(reinterpret_cast<const int8_t*>(p)[k_idx * kPanel + n]);
+    default: return 0.0f;
+  }
+}
+
+PackedWeights::PackedWeights(PackedWeights&& o) noexcept { *this = std::move(o); }
+PackedWeights& PackedWeights::operator=(PackedWeights&& o) noexcept {
+  if (this != &o) {
+    aligned_free(storage_);
+    delete[] mats_;
+    storage_ = o.storage_;
+    mats_ = o.mats_;
+    count_ = o.count_;
+    bytes_ = o.bytes_;
+    o.storage_ = nullptr;
+    o.mats_ = nullptr;
+    o.count_ = 0;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+PackedWeights::~PackedWeights() {
+  aligned_free(storage_);
+  delete[] mats_;
+}
+
+Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
+  constexpr const char* op = "pack_weights";
+  if (!out) return Error(StatusCode::kInvalidArgument, op, ": out is null");
+  const TensorView& w = p.w;
+  if (!w.data) return Error(StatusCode::kInvalidArgument, op, ": w.data is null");
+  if (w.rank != 2 && w.rank != 3)
+    return Error(StatusCode::kInvalidArgument, op, ": w.rank=", w.rank, " but must be 2 ([N, K]) or 3 ([E, N, K])");
+  if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kI8)
+    return Error(StatusCode::kInvalidArgument, op, ": w.dtype=", dtype_name(w.dtype),
+                 " but must be f32, bf16 or i8");
+  for (int d = 0; d < w.rank; ++d) {
+    if (w.sizes[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": w.sizes[", d, "]=", w.sizes[d], " is negative");
+    if (w.strides[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": w.strides[", d, "]=", w.strides[d], " is negative");
+  }
+  const int base = w.rank - 2;
+  const int64_t E = w.rank == 3 ? w.sizes[0] : 1;
+  const int64_t N = p.kn ? w.sizes[base + 1] : w.sizes[base];
+  const int64_t K = p.kn ? w.sizes[base] : w.sizes[base + 1];
+  const bool is_i8 = w.dtype == DType::kI8;
+  if (is_i8) {
+    const TensorView& s = p.scales;
+    if (!s.data) return Error(StatusCode::kInvalidArgument, op, ": scales.data is null but w is i8 (per-channel scales required)");
+    if (s.dtype != DType::kF32) return Error(StatusCode::kInvalidArgument, op, ": scales.dtype=", dtype_name(s.dtype), " but must be f32");
+    if (s.rank != w.rank - 1 || s.sizes[s.rank - 1] != N || (w.rank == 3 && s.sizes[0] != E))
+      return Error(StatusCode::kInvalidArgument, op, ": scales must be [", (w.rank == 3 ? std::to_string(E) + ", " : ""), N, "] to match w");
+  } else if (!p.scales.empty()) {
+    return Error(StatusCode::kInvalidArgument, op, ": scales given but w.dtype=", dtype_name(w.dtype), " (only i8 weights take scales)");
+  }
+
+  const size_t esize = dtype_size(w.dtype);
+  const int64_t k_padded = w.dtype == DType::kBF16 ? (K + 1) / 2 * 2 : K;
+  const int64_t n_panels = (N + gemm_detail::kNR - 1) / gemm_detail::kNR;
+  const int64_t panel_bytes = k_padded * gemm_detail::kNR * int64_t(esize);
+  const size_t mat_bytes = size_t(n_panels * panel_bytes);
+  const size_t scale_bytes = is_i8 ? size_t(n_panels * gemm_detail::kNR) * sizeof(float) : 0;
+  const size_t per_mat = (mat_bytes + scale_bytes + kAlign - 1) / kAlign * kAlign;
+  const size_t total = per_mat * size_t(E);
+
+  PackedWeights result;
+  result.storage_ = aligned_alloc_bytes(total);
+  result.mats_ = new (std::nothrow) PackedMatrix[size_t(E > 0 ? E : 1)];
+  if (!result.storage_ || !result.mats_)
+    return Error(StatusCode::kOutOfMemory, op, ": cannot allocate ", total, " bytes");
+  result.count_ = E;
+  result.bytes_ = total;
+
+  for (int64_t e = 0; e < E; ++e) {
+    uint8_t* base_ptr = static_cast<uint8_t*>(result.storage_) + size_t(e) * per_mat;
+    PackedMatrix& m = result.mats_[e];
+    m.dtype = w.dtype;
+    m.n = N;
+    m.k = K;
+    m.k_padded = k_padded;
+    m.panel_bytes = panel_bytes;
+    m.data = base_ptr;
+    m.scales = is_i8 ? reinterpret_cast<const float*>(base_ptr + mat_bytes) : nullptr;
+  }
+
+  // One matrix view per expert, then panels in parallel (packing touches every page once).
+  const int64_t jobs = E * n_panels;
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int64_t job = 0; job < jobs; ++job) {
+    const int64_t e = job / n_panels, j = job % n_panels;
+    TensorView m = w;
+    if (w.rank == 3) {
+      m.data = static_cast<uint8_t*>(w.data) + size_t(e * w.strides[0]) * esize;
+      m.rank = 2;
+      m.sizes[0] = w.sizes[1];
+      m.sizes[1] = w.sizes[2];
+      m.strides[0] = w.strides[1];
+      m.strides[1] = w.strides[2];
+    }
+    PackedMatrix& pm = result.mats_[e];
+    gemm_detail::pack_panel(m, p.kn, j, 0, K, const_cast<uint8_t*>(pm.panel(j)));
+    if (is_i8) {
+      TensorView s = p.scales;
+      if (s.rank == 2) {
+        s.data = static_cast<float*>(s.data) + e * s.strides[0];
+        s.rank = 1;
+        s.sizes[0] = s.sizes[1];
+        s.strides[0] = s.strides[1];
+      }
+      gemm_detail::pack_scales(s, j, const_cast<float*>(pm.scales) + j * gemm_detail::kNR);
+    }
+  }
+  *out = std::move(result);
+  return Status::Ok();
+}
+
+}  // namespace optx

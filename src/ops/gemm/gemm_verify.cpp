@@ -1,0 +1,66 @@
+// `optx verify` cases for gemm: every runnable implementation x dtype combination x shapes
+// (tile edges, 1023, strided views, beta/bias/alpha, large magnitudes).
+#include "ops/gemm/gemm_testutil.h"
+#include "tools/verify.h"
+
+namespace optx::gemm_detail {
+namespace {
+
+void verify_gemm(std::vector<verify::Record>& out) {
+  using testutil::Bias;
+  using testutil::Case;
+  const DType combos[][3] = {
+      {DType::kF32, DType::kF32, DType::kF32},   {DType::kF32, DType::kF32, DType::kBF16},
+      {DType::kBF16, DType::kBF16, DType::kF32}, {DType::kBF16, DType::kBF16, DType::kBF16},
+      {DType::kF32, DType::kBF16, DType::kF32},  {DType::kF32, DType::kI8, DType::kF32},
+      {DType::kBF16, DType::kI8, DType::kBF16},
+  };
+  struct Shape {
+    int64_t M, N, K;
+    bool packed;
+    int64_t pad;
+    float alpha, beta;
+    Bias bias;
+  };
+  const Shape shapes[] = {
+      {1, 1023, 1023, true, 0, 1.0f, 0.0f, Bias::kNone},      // decode GEMV
+      {16, 257, 511, true, 3, 1.0f, 1.0f, Bias::kF32},        // decode batch, beta
+      {33, 129, 257, false, 0, -2.0f, 0.5f, Bias::kBF16},     // unpacked B
+      {113, 17, 1023, true, 1, 1.0f, 0.0f, Bias::kF32},       // long K, narrow N
+      {130, 200, 64, false, 0, 1e3f, 0.0f, Bias::kNone},      // large magnitude outputs
+      {1023, 7, 17, true, 0, 1.0f, 0.0f, Bias::kNone},        // tall, tiny N and K
+  };
+  for (const auto* impl : registry().runnable()) {
+    for (const auto& t : combos) {
+      for (const auto& s : shapes) {
+        Case c;
+        c.M = s.M, c.N = s.N, c.K = s.K;
+        c.a = t[0], c.b = t[1], c.c = t[2];
+        c.packed = s.packed;
+        c.lda_pad = s.pad;
+        c.ldc_pad = s.pad;
+        c.alpha = s.alpha;
+        c.beta = s.beta;
+        c.bias = s.bias;
+        c.b_kn = s.M == 33;  // one [K, N] layout per combination
+        const auto o = testutil::run_case(*impl, c, uint64_t(s.M * 131 + s.K));
+        verify::Record r;
+        r.op = "gemm";
+        r.impl = impl->name;
+        r.case_ = c.name();
+        r.max_abs_err = o.cmp.max_abs_err;
+        r.max_rel_err = o.cmp.max_rel_err;
+        r.nmse = o.cmp.nmse;
+        r.worst_index = o.cmp.worst_index;
+        r.pass = o.status.ok() && o.cmp.pass;
+        r.message = o.status.ok() ? o.cmp.message : o.status.message();
+        out.push_back(r);
+      }
+    }
+  }
+}
+
+OPTX_REGISTER_VERIFY("gemm", verify_gemm);
+
+}  // namespace
+}  // namespace optx::gemm_detail
