@@ -58,6 +58,10 @@ const std::vector<Registered>& benches();
 
 Ceilings measure_ceilings(int threads, bool quick);
 
+// Puts peer libraries in their best configuration before anything is timed; may re-exec
+// the process (argv: the original command line).
+void prepare_peers(char** argv);
+
 }  // namespace optx::bench
 
 #define OPTX_REGISTER_BENCH(op, fn) \

@@ -227,6 +227,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (cmd == "verify") return cmd_verify(a);
-  if (cmd == "bench") return cmd_bench(a);
+  if (cmd == "bench") {
+    bench::prepare_peers(argv);
+    return cmd_bench(a);
+  }
   return usage();
 }

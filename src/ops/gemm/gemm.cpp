@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/log.h"
 #include "ops/gemm/gemm_kernels.h"
@@ -53,14 +54,13 @@ struct Plan {
   int64_t kc = 0, mc = 0, n_ic = 0;
   int threads = 1;
   bool split_n = true;
-  bool conv_a = false;  // A is bf16 and must be widened to f32 for the chosen kernel
-  size_t acc_off = 0, bbuf_off = 0, scale_off = 0, aconv_off = 0, per_thread = 0;
+  int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
+  size_t acc_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;
 };
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// conv_a_possible: reserve space to widen A (A bf16); the kernel table decides later
-// whether it is used, so the workspace size does not depend on the implementation.
+// The workspace size does not depend on the implementation: packed A is sized as f32.
 Plan make_plan(const GemmParams& p) {
   Plan pl;
   pl.M = p.a.sizes[0];
@@ -68,7 +68,6 @@ Plan make_plan(const GemmParams& p) {
   pl.N = b_rows_n(p);
   pl.panels = (pl.N + kNR - 1) / kNR;
   const DType bt = b_dtype(p);
-  const bool a_bf16 = p.a.dtype == DType::kBF16;
   // kc: B micro-panel of kc x 64 elements <= 32 KiB so it stays in a 48 KiB L1D.
   int64_t kc = bt == DType::kF32 ? 128 : 256;
   // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
@@ -78,8 +77,7 @@ Plan make_plan(const GemmParams& p) {
   if (pl.M <= kDecodeRows) {
     pl.mc = std::max<int64_t>(pl.M, 1);
   } else {
-    const int64_t a_bytes = a_bf16 ? 4 : int64_t(dtype_size(p.a.dtype));  // widened if converted
-    int64_t mc = kL2Budget / std::max<int64_t>(pl.K * a_bytes, 1);
+    int64_t mc = kL2Budget / std::max<int64_t>(pl.K * int64_t(sizeof(float)), 1);
     mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
     pl.mc = std::min(mc, (pl.M + kMR - 1) / kMR * kMR);
   }
@@ -101,8 +99,9 @@ Plan make_plan(const GemmParams& p) {
   if (!p.packed_b) off = align_up(off + size_t(pl.kc + 1) * kNR * dtype_size(bt));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
-  pl.aconv_off = off;
-  if (a_bf16) off = align_up(off + size_t(pl.mc) * size_t(pl.K) * sizeof(float));
+  pl.k_even = (pl.K + 1) / 2 * 2;
+  pl.apack_off = off;
+  off = align_up(off + size_t((pl.mc + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
   pl.per_thread = off;
   return pl;
 }
@@ -120,36 +119,54 @@ ThreadRange range_for(const Plan& pl, int t) {
   return {0, pl.panels, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
 }
 
+// Packs rows [row0, row0 + rows) of A into kMR-row micro-panels (layout in gemm_kernels.h),
+// widening bf16 to f32 unless the kernel takes bf16 pairs. Rows past `rows` and k past K
+// are zero so the kernels need no tails.
+template <class T, class Src>
+void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_even, bool pairs,
+                   T* dst) {
+  for (int rb = 0; rb < rows; rb += kMR) {
+    T* d = dst + int64_t(rb) * k_even;
+    for (int r = 0; r < kMR; ++r) {
+      const bool live = rb + r < rows;
+      const Src* row = src + (rb + r) * lda;
+      for (int64_t k = 0; k < k_even; ++k) {
+        T v = T(0);
+        if (live && k < K) {
+          if constexpr (std::is_same_v<T, float> && std::is_same_v<Src, uint16_t>) v = bf16_to_f32(row[k]);
+          else v = T(row[k]);
+        }
+        const int64_t idx = pairs ? ((k / 2) * kMR + r) * 2 + (k & 1) : k * kMR + r;
+        d[idx] = v;
+      }
+    }
+  }
+}
+
 void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp,
                 uint8_t* ws, const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
   void* bbuf = ws + pl.bbuf_off;
   float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
-  float* aconv = reinterpret_cast<float*>(ws + pl.aconv_off);
+  void* apack = ws + pl.apack_off;
   const DType bt = b_dtype(p);
   const size_t besize = dtype_size(bt);
   const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
-  const int64_t K = pl.K, lda_in = p.a.strides[0];
+  const int64_t K = pl.K, lda = p.a.strides[0];
   const size_t c_esize = dtype_size(p.c.dtype);
   const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
 
   for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
-    const float* af = nullptr;
-    const uint16_t* ab = nullptr;
-    int64_t lda = lda_in;
-    if (use_dp) {
-      ab = static_cast<const uint16_t*>(p.a.data) + row0 * lda_in;
-    } else if (p.a.dtype == DType::kF32) {
-      af = static_cast<const float*>(p.a.data) + row0 * lda_in;
-    } else {
-      const uint16_t* src = static_cast<const uint16_t*>(p.a.data) + row0 * lda_in;
-      for (int i = 0; i < mrows; ++i)
-        for (int64_t k = 0; k < K; ++k) aconv[i * K + k] = bf16_to_f32(src[i * lda_in + k]);
-      af = aconv;
-      lda = K;
-    }
+    float* af = static_cast<float*>(apack);
+    uint16_t* ab = static_cast<uint16_t*>(apack);
+    if (use_dp)
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, true, ab);
+    else if (p.a.dtype == DType::kF32)
+      pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
+    else
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
     for (int64_t j = r.p0; j < r.p1; ++j) {
       const int ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
       const float* scales = nullptr;
@@ -173,10 +190,11 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         }
         for (int ir = 0; ir < mrows; ir += kMR) {
           const int m = std::min(kMR, mrows - ir);
+          const int64_t a_off = int64_t(ir) * pl.k_even + kb * kMR;  // same for f32 and pairs
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + ir * lda + kb, lda, bp, acc + ir * kNR, kb > 0);
+            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0);
           else
-            kern(m, kcur, af + ir * lda + kb, lda, bp, acc + ir * kNR, kb > 0);
+            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0);
         }
       }
       EpilogueArgs e;

@@ -28,12 +28,13 @@ struct LoadI8 {
   }
 };
 
+// a: packed A micro-panel, [k][kMR].
 template <int M>
 OPTX_ALWAYS_INLINE void fma_rows(__m256 (&c)[M][2], const __m256 (&b)[2], const float* a,
-                                 int64_t lda, int64_t k) {
+                                 int64_t k) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
-    const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+    const __m256 av = _mm256_broadcast_ss(a + k * kMR + r);
     c[r][0] = _mm256_fmadd_ps(av, b[0], c[r][0]);
     c[r][1] = _mm256_fmadd_ps(av, b[1], c[r][1]);
   }
@@ -55,7 +56,7 @@ OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][2], float* acc) {
 }
 
 template <class Load, int M>
-void kern_one_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate) {
   for (int s = 0; s < 4; ++s) {
     __m256 c[M][2];
@@ -63,7 +64,7 @@ void kern_one_m(int64_t kc, const float* a, int64_t lda, const void* b, float* a
     for (int64_t k = 0; k < kc; ++k) {
       __m256 bb[2];
       Load::even(b, k, s, bb);
-      fma_rows<M>(c, bb, a, lda, k);
+      fma_rows<M>(c, bb, a, k);
     }
     end<M>(c, acc + 16 * s);
   }
@@ -71,15 +72,15 @@ void kern_one_m(int64_t kc, const float* a, int64_t lda, const void* b, float* a
 
 // bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column.
 template <int M>
-void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   for (int s = 0; s < 4; ++s) {
     __m256 c[M][2];
     begin<M>(c, acc + 16 * s, accumulate);
-    int64_t k = 0;
-    for (; k + 1 < kc; k += 2) {
+    // An odd kc reads one pair past K: zero in both packed A and B.
+    for (int64_t k = 0; k < kc; k += 2) {
       const uint16_t* p = b + k * kNR + s * 32;
       const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
       const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16));
@@ -87,16 +88,8 @@ void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float
                             _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16))};
       const __m256 od[2] = {_mm256_castsi256_ps(_mm256_and_si256(v0, hi)),
                             _mm256_castsi256_ps(_mm256_and_si256(v1, hi))};
-      fma_rows<M>(c, ev, a, lda, k);
-      fma_rows<M>(c, od, a, lda, k + 1);
-    }
-    if (k < kc) {  // odd K: only the even half of the last pair exists in A
-      const uint16_t* p = b + k * kNR + s * 32;
-      const __m256 ev[2] = {
-          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), 16)),
-          _mm256_castsi256_ps(
-              _mm256_slli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16)), 16))};
-      fma_rows<M>(c, ev, a, lda, k);
+      fma_rows<M>(c, ev, a, k);
+      fma_rows<M>(c, od, a, k + 1);
     }
     end<M>(c, acc + 16 * s);
   }
@@ -104,32 +97,32 @@ void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float
 
 #define OPTX_DISPATCH_M(...)                    \
   switch (m) {                                  \
-    case 1: return __VA_ARGS__<1>(kc, a, lda, b, acc, accumulate); \
-    case 2: return __VA_ARGS__<2>(kc, a, lda, b, acc, accumulate); \
-    case 3: return __VA_ARGS__<3>(kc, a, lda, b, acc, accumulate); \
-    case 4: return __VA_ARGS__<4>(kc, a, lda, b, acc, accumulate); \
-    case 5: return __VA_ARGS__<5>(kc, a, lda, b, acc, accumulate); \
-    default: return __VA_ARGS__<6>(kc, a, lda, b, acc, accumulate); \
+    case 1: return __VA_ARGS__<1>(kc, a, b, acc, accumulate); \
+    case 2: return __VA_ARGS__<2>(kc, a, b, acc, accumulate); \
+    case 3: return __VA_ARGS__<3>(kc, a, b, acc, accumulate); \
+    case 4: return __VA_ARGS__<4>(kc, a, b, acc, accumulate); \
+    case 5: return __VA_ARGS__<5>(kc, a, b, acc, accumulate); \
+    default: return __VA_ARGS__<6>(kc, a, b, acc, accumulate); \
   }
 
 template <int M>
-void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc, bool accumulate) {
-  kern_one_m<LoadF32, M>(kc, a, lda, b, acc, accumulate);
+void kern_f32_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate);
 }
 template <int M>
-void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* b, float* acc, bool accumulate) {
-  kern_one_m<LoadI8, M>(kc, a, lda, b, acc, accumulate);
+void kern_i8b_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+  kern_one_m<LoadI8, M>(kc, a, b, acc, accumulate);
 }
 
-void kern_f32(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate) {
   OPTX_DISPATCH_M(kern_f32_m)
 }
-void kern_bf16b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate) {
   OPTX_DISPATCH_M(kern_bf16b_m)
 }
-void kern_i8b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
+void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate) {
   OPTX_DISPATCH_M(kern_i8b_m)
 }

@@ -32,19 +32,20 @@ OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], float* acc) {
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
 }
 
+// a: packed A micro-panel, [k][kMR] (see gemm_kernels.h).
 template <int M>
 OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const float* a,
-                                int64_t lda, int64_t k) {
+                                int64_t k) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
-    const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+    const __m512 av = _mm512_set1_ps(a[k * kMR + r]);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) c[r][i] = _mm512_fmadd_ps(av, b[i], c[r][i]);
   }
 }
 
 template <int M>
-void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
                 bool accumulate) {
   const float* b = static_cast<const float*>(bv);
   __m512 c[M][4];
@@ -53,7 +54,7 @@ void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* 
     const float* bk = b + k * kNR;
     const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
                           _mm512_load_ps(bk + 48)};
-    fma_row<M>(c, bb, a, lda, k);
+    fma_row<M>(c, bb, a, k);
   }
   store_tile<M>(c, acc);
 }
@@ -61,14 +62,14 @@ void kern_f32_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* 
 // B bf16 pairs widened to f32 in registers: a 32-bit lane holds (k even | k odd << 16) of
 // one column, so "lane << 16" is the even-k value and "lane & 0xffff0000" the odd-k value.
 template <int M>
-void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
-  int64_t k = 0;
-  for (; k + 1 < kc; k += 2) {
+  // An odd kc (last block of an odd K) reads one pair past K: zero in both packed A and B.
+  for (int64_t k = 0; k < kc; k += 2) {
     const uint16_t* bk = b + k * kNR;
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
@@ -77,22 +78,14 @@ void kern_bf16b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float
       even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
       odd[i] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
     }
-    fma_row<M>(c, even, a, lda, k);
-    fma_row<M>(c, odd, a, lda, k + 1);
-  }
-  if (k < kc) {  // odd K: the last pair's odd half is zero padding, A has no element there
-    const uint16_t* bk = b + k * kNR;
-    __m512 even[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i)
-      even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512(bk + 32 * i), 16));
-    fma_row<M>(c, even, a, lda, k);
+    fma_row<M>(c, even, a, k);
+    fma_row<M>(c, odd, a, k + 1);
   }
   store_tile<M>(c, acc);
 }
 
 template <int M>
-void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* acc,
+void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
                 bool accumulate) {
   const int8_t* b = static_cast<const int8_t*>(bv);
   __m512 c[M][4];
@@ -104,7 +97,7 @@ void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* 
     for (int i = 0; i < 4; ++i)
       bb[i] = _mm512_cvtepi32_ps(
           _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
-    fma_row<M>(c, bb, a, lda, k);
+    fma_row<M>(c, bb, a, k);
   }
   store_tile<M>(c, acc);
 }
@@ -119,29 +112,26 @@ void kern_i8b_m(int64_t kc, const float* a, int64_t lda, const void* bv, float* 
     default: return KERN<6>(__VA_ARGS__);     \
   }
 
-void kern_f32(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
-              bool accumulate) {
-  OPTX_DISPATCH_M(kern_f32_m, kc, a, lda, b, acc, accumulate)
+void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate)
 }
-void kern_bf16b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
-                bool accumulate) {
-  OPTX_DISPATCH_M(kern_bf16b_m, kc, a, lda, b, acc, accumulate)
+void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+  OPTX_DISPATCH_M(kern_bf16b_m, kc, a, b, acc, accumulate)
 }
-void kern_i8b(int m, int64_t kc, const float* a, int64_t lda, const void* b, float* acc,
-              bool accumulate) {
-  OPTX_DISPATCH_M(kern_i8b_m, kc, a, lda, b, acc, accumulate)
+void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+  OPTX_DISPATCH_M(kern_i8b_m, kc, a, b, acc, accumulate)
 }
 
 #ifdef __AVX512BF16__
 // Native bf16: vdpbf16ps adds a[k]*b[k] + a[k+1]*b[k+1] into each f32 lane, so one
 // instruction does the work of two FMAs and B needs no widening.
+// a: packed A micro-panel of bf16 pairs, [k/2][kMR][2]; an odd kc reads the zero pad.
 template <int M>
-void kern_bf16dp_m(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc,
-                   bool accumulate) {
+void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
-  const int64_t pairs = kc / 2;
+  const int64_t pairs = (kc + 1) / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* bk = b + p * 2 * kNR;
     __m512bh bb[4];
@@ -150,20 +140,8 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, f
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r) {
       int32_t pair;
-      std::memcpy(&pair, a + r * lda + 2 * p, 4);
+      std::memcpy(&pair, a + (p * kMR + r) * 2, 4);
       const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
-    }
-  }
-  if (kc & 1) {  // odd K: pair the last element with zero (A has nothing past K)
-    const uint16_t* bk = b + pairs * 2 * kNR;
-    __m512bh bb[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
-#pragma GCC unroll 8
-    for (int r = 0; r < M; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int32_t(a[r * lda + 2 * pairs]));
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
     }
@@ -171,9 +149,8 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, f
   store_tile<M>(c, acc);
 }
 
-void kern_bf16dp(int m, int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
-                 bool accumulate) {
-  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, lda, b, acc, accumulate)
+void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate) {
+  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate)
 }
 #endif
 

@@ -17,12 +17,16 @@ namespace optx::gemm_detail {
 inline constexpr int kNR = 64;  // panel width = PackedMatrix::kPanel
 inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 accumulators
 
-// A is f32 (caller converts bf16 A when the kernel needs f32).
-using KernelF32A = void (*)(int m, int64_t kc, const float* a, int64_t lda, const void* b,
-                            float* acc, bool accumulate);
-// A is bf16, B bf16 pairs: native bf16 dot products.
-using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, int64_t lda, const void* b,
-                             float* acc, bool accumulate);
+// A arrives packed by the driver, one micro-panel per kMR rows, so the kernel's broadcasts
+// read one contiguous stream (unpacked rows lda apart alias in the same L1 sets when lda is
+// a multiple of 4 KiB, and cost the prefetcher kMR streams):
+//   f32:  a[k * kMR + r]                (rows past m are zero)
+//   bf16: a[((k / 2) * kMR + r) * 2 + (k & 1)]   (pairs, as vdpbf16ps broadcasts them)
+// Both are zero-padded to an even K, so an odd kc may read one pair past K.
+using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
+                            bool accumulate);
+using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
+                             bool accumulate);
 
 struct EpilogueArgs {
   const float* acc;        // m x 64, row stride 64
@@ -38,7 +42,7 @@ struct EpilogueArgs {
 
 struct KernelTable {
   KernelF32A f32b;      // B f32   [kc][64]
-  KernelF32A bf16b;     // B bf16  [kc/2][64][2]; kc odd only in the last block (zero pad)
+  KernelF32A bf16b;     // B bf16  [kc/2][64][2]
   KernelF32A i8b;       // B i8    [kc][64]
   KernelBf16A bf16dp;   // A bf16 x B bf16 with a dot-product instruction; may be nullptr
   void (*epilogue)(const EpilogueArgs&);
