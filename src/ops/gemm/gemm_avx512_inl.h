@@ -15,6 +15,16 @@
 namespace optx::gemm_detail::OPTX_ISA_NS {
 namespace {
 
+// Software prefetch distance along the B panel. Decode (M <= 16) streams weights straight
+// from DRAM and one core's hardware prefetcher alone reaches ~13 GB/s here; prefetching
+// 4 KiB ahead raised a single read stream to ~16.5 GB/s. For L1-resident B (large M)
+// the extra prefetches only cost a load-port slot per cache line.
+constexpr int64_t kPrefetchBytes = 4096;
+OPTX_ALWAYS_INLINE void prefetch_b(const void* row, int lines) {
+  const char* p = static_cast<const char*>(row) + kPrefetchBytes;
+  for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T0);
+}
+
 template <int M>
 OPTX_ALWAYS_INLINE void load_tile(__m512 (&c)[M][4], const float* acc, bool accumulate) {
 #pragma GCC unroll 8
@@ -52,6 +62,7 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const float* bk = b + k * kNR;
+    prefetch_b(bk, 4);
     const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
                           _mm512_load_ps(bk + 48)};
     fma_row<M>(c, bb, a, k);
@@ -71,6 +82,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   // An odd kc (last block of an odd K) reads one pair past K: zero in both packed A and B.
   for (int64_t k = 0; k < kc; k += 2) {
     const uint16_t* bk = b + k * kNR;
+    prefetch_b(bk, 4);
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
@@ -92,6 +104,7 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* bk = b + k * kNR;
+    prefetch_b(bk, 1);
     __m512 bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
@@ -134,6 +147,7 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   const int64_t pairs = (kc + 1) / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* bk = b + p * 2 * kNR;
+    prefetch_b(bk, 4);
     __m512bh bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
