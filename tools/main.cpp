@@ -173,6 +173,7 @@ int cmd_bench(const Args& a) {
     recs.push_back(r);
   };
   ceiling("copy", 0, ctx.ceil.copy_gbytes_per_s);
+  ceiling("read", 0, ctx.ceil.read_gbytes_per_s);
   ceiling("fma_f32", ctx.ceil.fma_f32_gflops, 0);
   ceiling("dot_bf16", ctx.ceil.dot_bf16_gflops, 0);
 
