@@ -29,7 +29,7 @@ namespace gemm_detail {
 namespace {
 
 constexpr const char* kOp = "gemm";
-constexpr int64_t kL2Budget = 1 << 20;  // bytes of an A chunk: half of a 2 MiB L2
+constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2  // bytes of an A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
 
 int64_t b_rows_n(const GemmParams& p) {
@@ -192,9 +192,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           const int m = std::min(kMR, mrows - ir);
           const int64_t a_off = int64_t(ir) * pl.k_even + kb * kMR;  // same for f32 and pairs
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0);
+            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0, ir == 0);
           else
-            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0);
+            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0, ir == 0);
         }
       }
       EpilogueArgs e;

@@ -15,14 +15,18 @@
 namespace optx::gemm_detail::OPTX_ISA_NS {
 namespace {
 
-// Software prefetch distance along the B panel. Decode (M <= 16) streams weights straight
-// from DRAM and one core's hardware prefetcher alone reaches ~13 GB/s here; prefetching
-// 4 KiB ahead raised a single read stream to ~16.5 GB/s. For L1-resident B (large M)
-// the extra prefetches only cost a load-port slot per cache line.
+// Software prefetch distance along the B panel, used on the pass that brings a B
+// micro-panel in (decode, and the first row slice of each panel block): the stream comes
+// from DRAM / L3 and one core's hardware prefetcher alone reaches ~13 GB/s here, 4 KiB
+// ahead raised a single read stream to ~16.5 GB/s. Later slices find B in L1, where
+// prefetching past the micro-panel would only evict it.
 constexpr int64_t kPrefetchBytes = 4096;
+constexpr int64_t kPrefetchL2Bytes = 32768;
 OPTX_ALWAYS_INLINE void prefetch_b(const void* row, int lines) {
   const char* p = static_cast<const char*>(row) + kPrefetchBytes;
   for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T0);
+  const char* q = static_cast<const char*>(row) + kPrefetchL2Bytes;
+  for (int i = 0; i < lines; ++i) _mm_prefetch(q + 64 * i, _MM_HINT_T1);
 }
 
 template <int M>
@@ -54,7 +58,7 @@ OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const f
   }
 }
 
-template <int M>
+template <int M, bool kStream>
 void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
                 bool accumulate) {
   const float* b = static_cast<const float*>(bv);
@@ -62,7 +66,7 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const float* bk = b + k * kNR;
-    prefetch_b(bk, 4);
+    if constexpr (kStream) prefetch_b(bk, 4);
     const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
                           _mm512_load_ps(bk + 48)};
     fma_row<M>(c, bb, a, k);
@@ -72,7 +76,7 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
 
 // B bf16 pairs widened to f32 in registers: a 32-bit lane holds (k even | k odd << 16) of
 // one column, so "lane << 16" is the even-k value and "lane & 0xffff0000" the odd-k value.
-template <int M>
+template <int M, bool kStream>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
@@ -82,7 +86,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   // An odd kc (last block of an odd K) reads one pair past K: zero in both packed A and B.
   for (int64_t k = 0; k < kc; k += 2) {
     const uint16_t* bk = b + k * kNR;
-    prefetch_b(bk, 4);
+    if constexpr (kStream) prefetch_b(bk, 4);
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
@@ -96,7 +100,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   store_tile<M>(c, acc);
 }
 
-template <int M>
+template <int M, bool kStream>
 void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
                 bool accumulate) {
   const int8_t* b = static_cast<const int8_t*>(bv);
@@ -104,7 +108,7 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* bk = b + k * kNR;
-    prefetch_b(bk, 1);
+    if constexpr (kStream) prefetch_b(bk, 1);
     __m512 bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
@@ -115,23 +119,36 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
   store_tile<M>(c, acc);
 }
 
-#define OPTX_DISPATCH_M(KERN, ...)            \
-  switch (m) {                                \
-    case 1: return KERN<1>(__VA_ARGS__);      \
-    case 2: return KERN<2>(__VA_ARGS__);      \
-    case 3: return KERN<3>(__VA_ARGS__);      \
-    case 4: return KERN<4>(__VA_ARGS__);      \
-    case 5: return KERN<5>(__VA_ARGS__);      \
-    default: return KERN<6>(__VA_ARGS__);     \
+#define OPTX_DISPATCH_M(KERN, ...)                                      \
+  if (stream) {                                                         \
+    switch (m) {                                                        \
+      case 1: return KERN<1, true>(__VA_ARGS__);                        \
+      case 2: return KERN<2, true>(__VA_ARGS__);                        \
+      case 3: return KERN<3, true>(__VA_ARGS__);                        \
+      case 4: return KERN<4, true>(__VA_ARGS__);                        \
+      case 5: return KERN<5, true>(__VA_ARGS__);                        \
+      default: return KERN<6, true>(__VA_ARGS__);                       \
+    }                                                                   \
+  }                                                                     \
+  switch (m) {                                                          \
+    case 1: return KERN<1, false>(__VA_ARGS__);                         \
+    case 2: return KERN<2, false>(__VA_ARGS__);                         \
+    case 3: return KERN<3, false>(__VA_ARGS__);                         \
+    case 4: return KERN<4, false>(__VA_ARGS__);                         \
+    case 5: return KERN<5, false>(__VA_ARGS__);                         \
+    default: return KERN<6, false>(__VA_ARGS__);                        \
   }
 
-void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
+              bool stream) {
   OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate)
 }
-void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
+              bool stream) {
   OPTX_DISPATCH_M(kern_bf16b_m, kc, a, b, acc, accumulate)
 }
-void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate) {
+void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
+              bool stream) {
   OPTX_DISPATCH_M(kern_i8b_m, kc, a, b, acc, accumulate)
 }
 
@@ -139,7 +156,7 @@ void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool
 // Native bf16: vdpbf16ps adds a[k]*b[k] + a[k+1]*b[k+1] into each f32 lane, so one
 // instruction does the work of two FMAs and B needs no widening.
 // a: packed A micro-panel of bf16 pairs, [k/2][kMR][2]; an odd kc reads the zero pad.
-template <int M>
+template <int M, bool kStream>
 void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   __m512 c[M][4];
@@ -147,7 +164,7 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   const int64_t pairs = (kc + 1) / 2;
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* bk = b + p * 2 * kNR;
-    prefetch_b(bk, 4);
+    if constexpr (kStream) prefetch_b(bk, 4);
     __m512bh bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
@@ -163,7 +180,8 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   store_tile<M>(c, acc);
 }
 
-void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate) {
+void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
+              bool stream) {
   OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate)
 }
 #endif

@@ -76,6 +76,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
   const bench::Roof roof = bf16 ? bench::Roof::kBF16 : bench::Roof::kF32;
   bench::Record r{.op = "gemm", .case_ = shape_case(dt, M, N, K), .impl = "optx", .roof = roof};
   r.note = selected_impl("gemm");
+  r.peak_bytes = double(gemm_workspace_size(p));  // extra memory beyond inputs and output
   ctx.add(r, time_optx(ctx, p, w), flops, bytes);
 
 #ifdef OPTX_HAVE_OPENBLAS
@@ -138,9 +139,11 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
   testing::fill_bf16(a.data(), M * K, rng);
   GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}), .c = make_view(c.data(), DType::kBF16, {M, N})};
+  p.packed_b = &w[0][0];  // for the workspace size; time_optx rotates it
   const double flops = 2.0 * M * N * K;
   bench::Record r{.op = "gemm", .case_ = shape_case(dt, M, N, K), .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = std::to_string(copies) + " weight copies rotated";
+  r.peak_bytes = double(gemm_workspace_size(p));
   ctx.add(r, time_optx(ctx, p, w), flops, wbytes);
 
 #ifdef OPTX_HAVE_ONEDNN

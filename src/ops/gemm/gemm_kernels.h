@@ -23,10 +23,12 @@ inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 acc
 //   f32:  a[k * kMR + r]                (rows past m are zero)
 //   bf16: a[((k / 2) * kMR + r) * 2 + (k & 1)]   (pairs, as vdpbf16ps broadcasts them)
 // Both are zero-padded to an even K, so an odd kc may read one pair past K.
+// stream: this call is the first to read the B micro-panel (it comes from DRAM / L3), so
+// the kernel may prefetch ahead along it.
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
-                            bool accumulate);
+                            bool accumulate, bool stream);
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
-                             bool accumulate);
+                             bool accumulate, bool stream);
 
 struct EpilogueArgs {
   const float* acc;        // m x 64, row stride 64
