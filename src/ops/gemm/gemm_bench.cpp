@@ -54,6 +54,41 @@ bench::Timing time_optx(bench::Context& ctx, GemmParams p, const std::vector<Pac
   });
 }
 
+#ifdef OPTX_HAVE_ONEDNN
+// oneDNN bf16 matmul C[M, N] = A[M, K] * W^T, W given [N, K] row-major and reordered once
+// into oneDNN's preferred layout (its equivalent of packing), `copies` times for rotation.
+// Adds one record with impl "onednn" and the kernel oneDNN chose in the note.
+void bench_onednn_bf16(bench::Context& ctx, const bench::Record& like, int64_t M, int64_t N, int64_t K,
+                       void* a, void* w, void* c, int copies, double flops, double bytes) {
+  omp_set_num_threads(ctx.threads);
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream s(eng);
+  using dt = memory::data_type;
+  using tag = memory::format_tag;
+  memory::desc a_md({M, K}, dt::bf16, tag::ab), w_any({K, N}, dt::bf16, tag::any), c_md({M, N}, dt::bf16, tag::ab);
+  matmul::primitive_desc pd(matmul::desc(a_md, w_any, c_md), eng);
+  memory w_user({{K, N}, dt::bf16, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
+  std::vector<memory> ws;
+  for (int i = 0; i < copies; ++i) {
+    ws.emplace_back(pd.weights_desc(), eng);
+    reorder(w_user, ws.back()).execute(s, w_user, ws.back());
+  }
+  memory a_mem(a_md, eng, a), c_mem(c_md, eng, c);
+  matmul mm(pd);
+  bench::Record o = like;
+  o.impl = "onednn";
+  o.note = pd.impl_info_str();
+  o.peak_bytes = 0;
+  size_t i = 0;
+  const auto tm = ctx.time_it([&] {
+    mm.execute(s, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, ws[i++ % ws.size()]}, {DNNL_ARG_DST, c_mem}});
+    s.wait();
+  });
+  ctx.add(o, tm, flops, bytes);
+}
+#endif
+
 void bench_square(bench::Context& ctx, bool bf16) {
   const int64_t M = 2048, N = 2048, K = 2048;
   const char* dt = bf16 ? "bf16" : "f32";
@@ -92,27 +127,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
   }
 #endif
 #ifdef OPTX_HAVE_ONEDNN
-  if (bf16) {
-    omp_set_num_threads(ctx.threads);
-    using namespace dnnl;
-    engine eng(engine::kind::cpu, 0);
-    stream s(eng);
-    using dt_ = memory::data_type;
-    using tag = memory::format_tag;
-    memory::desc a_md({M, K}, dt_::bf16, tag::ab), w_any({K, N}, dt_::bf16, tag::any), c_md({M, N}, dt_::bf16, tag::ab);
-    matmul::primitive_desc pd(matmul::desc(a_md, w_any, c_md), eng);
-    memory w_user({{K, N}, dt_::bf16, tag::ba}, eng, b.p);  // [N, K] row-major == [K, N] "ba"
-    memory w_mem(pd.weights_desc(), eng), a_mem(a_md, eng, a.p), c_mem(c_md, eng, c.p);
-    reorder(w_user, w_mem).execute(s, w_user, w_mem);
-    matmul mm(pd);
-    bench::Record o{.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof};
-    o.note = pd.impl_info_str();
-    const auto tm = ctx.time_it([&] {
-      mm.execute(s, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
-      s.wait();
-    });
-    ctx.add(o, tm, flops, bytes);
-  }
+  if (bf16) bench_onednn_bf16(ctx, r, M, N, K, a.p, b.p, c.p, 1, flops, bytes);
 #endif
 }
 
@@ -147,32 +162,7 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   ctx.add(r, time_optx(ctx, p, w), flops, wbytes);
 
 #ifdef OPTX_HAVE_ONEDNN
-  if (!i8) {
-    omp_set_num_threads(ctx.threads);
-    using namespace dnnl;
-    engine eng(engine::kind::cpu, 0);
-    stream s(eng);
-    using dt_ = memory::data_type;
-    using tag = memory::format_tag;
-    memory::desc a_md({M, K}, dt_::bf16, tag::ab), w_any({K, N}, dt_::bf16, tag::any), c_md({M, N}, dt_::bf16, tag::ab);
-    matmul::primitive_desc pd(matmul::desc(a_md, w_any, c_md), eng);
-    memory w_user({{K, N}, dt_::bf16, tag::ba}, eng, raw.data());
-    std::vector<memory> ws;
-    for (int i = 0; i < copies; ++i) {
-      ws.emplace_back(pd.weights_desc(), eng);
-      reorder(w_user, ws.back()).execute(s, w_user, ws.back());
-    }
-    memory a_mem(a_md, eng, a.data()), c_mem(c_md, eng, c.data());
-    matmul mm(pd);
-    bench::Record o{.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = bench::Roof::kMemory};
-    o.note = pd.impl_info_str();
-    size_t i = 0;
-    const auto tm = ctx.time_it([&] {
-      mm.execute(s, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, ws[i++ % ws.size()]}, {DNNL_ARG_DST, c_mem}});
-      s.wait();
-    });
-    ctx.add(o, tm, flops, wbytes);
-  }
+  if (!i8) bench_onednn_bf16(ctx, r, M, N, K, a.data(), raw.data(), c.data(), copies, flops, wbytes);
 #endif
 }
 
