@@ -5,14 +5,16 @@
 #     AVX2         sources built with AVX2+FMA flags
 #     AVX512       sources built with AVX-512 F/BW/VL/DQ flags
 #     AVX512_BF16  sources built with AVX-512 + BF16 flags
+#     AMX          sources built with AVX-512 + BF16 + AMX-TILE/AMX-BF16 flags
 #     TESTS        GoogleTest sources (one test binary per family)
 #     TOOLS        verify / bench registrations, linked into the optx CLI)
 function(optx_add_op family)
-  cmake_parse_arguments(OP "" "" "SOURCES;AVX2;AVX512;AVX512_BF16;TESTS;TOOLS" ${ARGN})
+  cmake_parse_arguments(OP "" "" "SOURCES;AVX2;AVX512;AVX512_BF16;AMX;TESTS;TOOLS" ${ARGN})
   target_sources(optx_generic PRIVATE ${OP_SOURCES})
   target_sources(optx_isa_avx2 PRIVATE ${OP_AVX2})
   target_sources(optx_isa_avx512 PRIVATE ${OP_AVX512})
   target_sources(optx_isa_avx512_bf16 PRIVATE ${OP_AVX512_BF16})
+  target_sources(optx_isa_amx PRIVATE ${OP_AMX})
   foreach(f ${OP_TOOLS})
     set_property(GLOBAL APPEND PROPERTY OPTX_TOOL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/${f})
   endforeach()

@@ -29,7 +29,7 @@ namespace optx {
 struct PackedMatrix {
   DType dtype = DType::kF32;
   int64_t n = 0, k = 0;
-  int64_t k_padded = 0;      // K rounded up to the k-group (2 for bf16, else 1)
+  int64_t k_padded = 0;      // K, rounded up to 32 for bf16 (whole AMX k-steps)
   int64_t panel_bytes = 0;   // bytes of one panel (k_padded * 64 * elem)
   const void* data = nullptr;
   const float* scales = nullptr;  // i8 only

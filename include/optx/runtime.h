@@ -16,12 +16,13 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool amx_permitted = false;  // the OS granted this process the AMX tile state
   std::string brand;
 };
 const CpuFeatures& cpu_features();
 
 // ISA levels, ordered: an implementation built for level L runs on any CPU at level >= L.
-enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4 };
 const char* isa_name(Isa isa);
 // Best level the CPU supports.
 Isa detected_isa();

@@ -2,6 +2,8 @@
 // saving of its register state in XCR0 (YMM for AVX2, ZMM/opmask for AVX-512, tile state
 // for AMX); a hypervisor may expose the cpuid bit without the OS support.
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -48,6 +50,12 @@ CpuFeatures detect() {
   f.amx_bf16 = os_tile && (d7 & (1u << 22));
   f.amx_tile = os_tile && (d7 & (1u << 24));
   f.amx_int8 = os_tile && (d7 & (1u << 25));
+  // Linux hands out the 8 KiB tile state per process on request (arch_prctl
+  // ARCH_REQ_XCOMP_PERM for XTILEDATA); without it the first tile instruction faults.
+  if (f.amx_tile && f.amx_bf16) {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    f.amx_permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }
 
   char brand[49] = {};
   if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {

@@ -25,6 +25,7 @@ const char* isa_name(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Bf16: return "avx512_bf16";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ const char* isa_name(Isa isa) {
 Isa detected_isa() {
   const CpuFeatures& f = cpu_features();
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma;
+  if (avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_permitted) return Isa::kAmx;
   if (avx512 && f.avx512_bf16) return Isa::kAvx512Bf16;
   if (avx512) return Isa::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
@@ -44,7 +46,7 @@ Isa compute_active_isa() {
   const char* cap = std::getenv("OPTX_MAX_ISA");
   if (cap && *cap) {
     bool known = false;
-    for (int i = 0; i <= int(Isa::kAvx512Bf16); ++i) {
+    for (int i = 0; i <= int(Isa::kAmx); ++i) {
       if (std::strcmp(cap, isa_name(Isa(i))) == 0) {
         known = true;
         if (Isa(i) < isa) isa = Isa(i);
@@ -52,7 +54,7 @@ Isa compute_active_isa() {
     }
     if (!known)
       log_warning(std::string("OPTX_MAX_ISA='") + cap +
-                  "' is not one of scalar|avx2|avx512|avx512_bf16; ignored");
+                  "' is not one of scalar|avx2|avx512|avx512_bf16|amx; ignored");
   }
   return isa;
 }

@@ -55,14 +55,17 @@ struct Plan {
   int threads = 1;
   bool split_n = true;
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
+  bool amx = false;     // AMX blocks: mc and packed A in 32-row, 32-k units
+  int64_t k32 = 0;
   size_t acc_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;
 };
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // The workspace size does not depend on the implementation: packed A is sized as f32.
-Plan make_plan(const GemmParams& p) {
+Plan make_plan(const GemmParams& p, bool amx) {
   Plan pl;
+  pl.amx = amx;
   pl.M = p.a.sizes[0];
   pl.K = p.a.sizes[1];
   pl.N = b_rows_n(p);
@@ -74,7 +77,12 @@ Plan make_plan(const GemmParams& p) {
   // B must be packed on the fly (the buffer would grow with K).
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
   pl.kc = kc;
-  if (pl.M <= kDecodeRows) {
+  pl.k32 = (pl.K + kAmxK - 1) / kAmxK * kAmxK;
+  if (amx) {  // packed bf16 A chunk of 1 MiB, 32-row multiples
+    int64_t mc = kL2Budget / std::max<int64_t>(pl.k32 * 2, 1);
+    mc = std::clamp<int64_t>(mc / kAmxRows * kAmxRows, kAmxRows, 8 * kAmxRows);
+    pl.mc = std::min(mc, (pl.M + kAmxRows - 1) / kAmxRows * kAmxRows);
+  } else if (pl.M <= kDecodeRows) {
     pl.mc = std::max<int64_t>(pl.M, 1);
   } else {
     int64_t mc = kL2Budget / std::max<int64_t>(pl.K * int64_t(sizeof(float)), 1);
@@ -96,18 +104,40 @@ Plan make_plan(const GemmParams& p) {
   pl.acc_off = off;
   off = align_up(off + size_t(pl.mc) * kNR * sizeof(float));
   pl.bbuf_off = off;
-  if (!p.packed_b) off = align_up(off + size_t(pl.kc + 1) * kNR * dtype_size(bt));
+  if (!p.packed_b) {
+    const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
+    off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
+  }
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
   pl.apack_off = off;
-  off = align_up(off + size_t((pl.mc + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
+  if (amx)
+    off = align_up(off + size_t(pl.mc) * size_t(pl.k32) * sizeof(uint16_t));
+  else
+    off = align_up(off + size_t((pl.mc + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
   pl.per_thread = off;
   return pl;
 }
 
+// AMX runs bf16 x bf16 GEMMs with more rows than decode; everything else uses the vector
+// kernels (padding a GEMV to 32 rows would multiply its work by 32).
+bool amx_eligible(const GemmParams& p) {
+  return p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16 && p.a.sizes[0] > kDecodeRows;
+}
+
+// Sized for either plan so the caller's workspace does not depend on the implementation.
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
-size_t workspace_bytes(const Plan& pl) { return pl.per_thread * size_t(pl.threads) + kAlign; }
+size_t workspace_bytes(const GemmParams& p) {
+  const Plan v = make_plan(p, false);
+  size_t per = v.per_thread, threads = size_t(v.threads);
+  if (amx_eligible(p)) {
+    const Plan a = make_plan(p, true);
+    per = std::max(per, a.per_thread);
+    threads = std::max(threads, size_t(a.threads));
+  }
+  return per * threads + kAlign;
+}
 
 struct ThreadRange {
   int64_t p0, p1, ic0, ic1;
@@ -214,22 +244,75 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   }
 }
 
+// AMX variant of run_thread: 32-row blocks over the whole K, A packed row-major bf16.
+void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, uint8_t* ws,
+                    const ThreadRange& r) {
+  float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
+  void* bbuf = ws + pl.bbuf_off;
+  uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
+  const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0];
+  const uint16_t* a = static_cast<const uint16_t*>(p.a.data);
+  const size_t c_esize = dtype_size(p.c.dtype);
+  const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
+  for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
+    const int64_t row0 = ic * pl.mc;
+    const int mrows = int(std::min(pl.mc, pl.M - row0));
+    const int mpad = (mrows + kAmxRows - 1) / kAmxRows * kAmxRows;
+    for (int i = 0; i < mpad; ++i) {
+      uint16_t* d = apack + int64_t(i) * k32;
+      if (i < mrows) {
+        std::memcpy(d, a + (row0 + i) * lda, size_t(K) * 2);
+        std::memset(d + K, 0, size_t(k32 - K) * 2);
+      } else {
+        std::memset(d, 0, size_t(k32) * 2);
+      }
+    }
+    for (int64_t j = r.p0; j < r.p1; ++j) {
+      const void* bp;
+      if (p.packed_b) {
+        bp = p.packed_b->panel(j);
+      } else {
+        pack_panel(p.b, p.b_kn, j, 0, k32, bbuf);
+        bp = bbuf;
+      }
+      for (int rb = 0; rb < mpad; rb += kAmxRows) kt.amx_block(k32, apack + int64_t(rb) * k32, bp, acc + rb * kNR);
+      EpilogueArgs e;
+      e.acc = acc;
+      e.m = mrows;
+      e.ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
+      e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
+      e.ldc = p.c.strides[0];
+      e.c_dtype = p.c.dtype;
+      e.alpha = p.alpha;
+      e.beta = p.beta;
+      e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * bias_esize : nullptr;
+      e.bias_dtype = p.bias.dtype;
+      e.col_scale = nullptr;
+      kt.epilogue(e);
+    }
+  }
+  kt.amx_release();
+}
+
 template <const KernelTable& (*Table)()>
 Status run_blocked(const GemmParams& p, Workspace ws) {
-  const Plan pl = make_plan(p);
-  if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const KernelTable& kt = Table();
+  const bool use_amx = kt.amx_block && amx_eligible(p);
+  const Plan pl = make_plan(p, use_amx);
+  if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  auto body = [&](int t) {
+    uint8_t* w = base + size_t(t) * pl.per_thread;
+    if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t));
+    else run_thread(pl, p, kt, use_dp, w, range_for(pl, t));
+  };
   if (pl.threads == 1) {
-    run_thread(pl, p, kt, use_dp, base, range_for(pl, 0));
+    body(0);
     return Status::Ok();
   }
 #pragma omp parallel num_threads(pl.threads)
-  {
-    const int t = omp_get_thread_num();
-    run_thread(pl, p, kt, use_dp, base + size_t(t) * pl.per_thread, range_for(pl, t));
-  }
+  body(omp_get_thread_num());
   return Status::Ok();
 }
 
@@ -243,6 +326,7 @@ const dispatch::Registry<GemmFn>& make_registry() {
                // the rate of the FMAs (80 vs 160 GFLOP/s per core), so widening wins
                // 215-256 vs 112-138 GFLOP/s on bf16 2048^3. OPTX_IMPL=gemm=avx512_bf16
                // still selects it.
+               {"amx", Isa::kAmx, run_blocked<kernels_amx>},
                {"avx512", Isa::kAvx512, run_blocked<kernels_avx512>},
                {"avx512_bf16", Isa::kAvx512Bf16, run_blocked<kernels_avx512_bf16>},
                {"avx2", Isa::kAvx2, run_blocked<kernels_avx2>},
@@ -347,14 +431,14 @@ Status validate(const GemmParams& p) {
 
 size_t gemm_workspace_size(const GemmParams& p) {
   if (!gemm_detail::validate(p).ok()) return 0;
-  return gemm_detail::workspace_bytes(gemm_detail::make_plan(p));
+  return gemm_detail::workspace_bytes(p);
 }
 
 namespace gemm_detail {
 Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p));
   if (impl.fn != gemm_reference) {
-    const size_t need = workspace_bytes(make_plan(p));
+    const size_t need = workspace_bytes(p);
     if (ws.bytes < need || (need > 0 && !ws.data))
       return Error(StatusCode::kWorkspaceTooSmall, kOp, ": workspace.bytes=", ws.bytes,
                    " but gemm_workspace_size()=", need, " (at ", num_threads(), " threads)");

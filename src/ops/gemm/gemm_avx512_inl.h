@@ -180,7 +180,7 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   store_tile<M>(c, acc);
 }
 
-void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
+[[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
               bool stream) {
   OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate)
 }

@@ -16,6 +16,8 @@ namespace optx::gemm_detail {
 
 inline constexpr int kNR = 64;  // panel width = PackedMatrix::kPanel
 inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 accumulators
+inline constexpr int kAmxRows = 32;  // rows per AMX block: 2 x 16-row tiles
+inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile row
 
 // A arrives packed by the driver, one micro-panel per kMR rows, so the kernel's broadcasts
 // read one contiguous stream (unpacked rows lda apart alias in the same L1 sets when lda is
@@ -48,11 +50,17 @@ struct KernelTable {
   KernelF32A i8b;       // B i8    [kc][64]
   KernelBf16A bf16dp;   // A bf16 x B bf16 with a dot-product instruction; may be nullptr
   void (*epilogue)(const EpilogueArgs&);
+  // AMX (may be nullptr): C block 32 x 64 (acc, row stride 64, overwritten) over the whole
+  // K for bf16 x bf16. a: 32 packed rows, row-major with stride k32 (K rounded up to 32,
+  // zero-padded); b: the panel, whose pair rows are zero-padded to k32 / 2.
+  void (*amx_block)(int64_t k32, const uint16_t* a, const void* b, float* acc) = nullptr;
+  void (*amx_release)() = nullptr;  // frees the calling thread's tile state
 };
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();
 const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
+const KernelTable& kernels_amx();
 
 }  // namespace optx::gemm_detail

@@ -117,7 +117,8 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   }
 
   const size_t esize = dtype_size(w.dtype);
-  const int64_t k_padded = w.dtype == DType::kBF16 ? (K + 1) / 2 * 2 : K;
+  // bf16 panels are padded to whole AMX k-steps so tile loads never leave the panel.
+  const int64_t k_padded = w.dtype == DType::kBF16 ? (K + gemm_detail::kAmxK - 1) / gemm_detail::kAmxK * gemm_detail::kAmxK : K;
   const int64_t n_panels = (N + gemm_detail::kNR - 1) / gemm_detail::kNR;
   const int64_t panel_bytes = k_padded * gemm_detail::kNR * int64_t(esize);
   const size_t mat_bytes = size_t(n_panels * panel_bytes);
@@ -160,7 +161,7 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
       m.strides[1] = w.strides[2];
     }
     PackedMatrix& pm = result.mats_[e];
-    gemm_detail::pack_panel(m, p.kn, j, 0, K, const_cast<uint8_t*>(pm.panel(j)));
+    gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, const_cast<uint8_t*>(pm.panel(j)));
     if (is_i8) {
       TensorView s = p.scales;
       if (s.rank == 2) {

@@ -1,0 +1,85 @@
+// AMX kernels: bf16 x bf16 with tdpbf16ps (16 x 16 f32 tile += 16 x 32 bf16 tile * 16
+// pairs x 16 bf16-pair tile), everything else as the AVX-512 kernels.
+//
+// One call computes a 32 x 64 block of C over the whole K: for each 32-column half, 2 x 2
+// C tiles (tmm0-3) stay in the tile registers while A (tmm4-5, rows 0-15 / 16-31) and B
+// (tmm6-7, columns 0-15 / 16-31 of the half) stream in 32-k steps, so each loaded tile
+// feeds two tdpbf16ps. The packed panel [K/2][64][2] is already AMX's B layout: a 16 x 64 B
+// tile is 16 pair-rows of 64 bytes, 256 bytes apart. Panels and packed A are zero-padded
+// to a multiple of 32 in K, so there is no K tail.
+#define OPTX_ISA_NS amx
+#include "ops/gemm/gemm_avx512_inl.h"
+
+namespace optx::gemm_detail::amx {
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// Tile configuration is per-thread state; load it once per thread until released.
+thread_local bool t_configured = false;
+
+void configure() {
+  TileConfig cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  t_configured = true;
+}
+
+void amx_block(int64_t k32, const uint16_t* a, const void* bv, float* acc) {
+  if (!t_configured) configure();
+  const uint8_t* b = static_cast<const uint8_t*>(bv);
+  const int64_t lda_bytes = k32 * 2;
+  const uint16_t* a_lo = a;
+  const uint16_t* a_hi = a + 16 * k32;
+  for (int h = 0; h < 2; ++h) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint8_t* bh = b + h * 128;
+    for (int64_t ks = 0; ks < k32; ks += 32) {
+      const uint8_t* bk = bh + (ks / 2) * 256;
+      _tile_loadd(4, a_lo + ks, lda_bytes);
+      _tile_loadd(6, bk, 256);
+      _tile_loadd(7, bk + 64, 256);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a_hi + ks, lda_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    float* c = acc + h * 32;
+    _tile_stored(0, c, kNR * 4);
+    _tile_stored(1, c + 16, kNR * 4);
+    _tile_stored(2, c + 16 * kNR, kNR * 4);
+    _tile_stored(3, c + 16 * kNR + 16, kNR * 4);
+  }
+}
+
+void amx_release() {
+  if (t_configured) {
+    _tile_release();
+    t_configured = false;
+  }
+}
+
+}  // namespace
+}  // namespace optx::gemm_detail::amx
+
+namespace optx::gemm_detail {
+const KernelTable& kernels_amx() {
+  static const KernelTable t{amx::kern_f32, amx::kern_bf16b, amx::kern_i8b, nullptr, amx::epilogue,
+                             amx::amx_block, amx::amx_release};
+  return t;
+}
+}  // namespace optx::gemm_detail
