@@ -31,6 +31,7 @@ namespace {
 constexpr const char* kOp = "gemm";
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2  // bytes of an A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kAmxKc = 4096;  // AMX K block: B block 256 x 64 bf16 = 32 KiB
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;
@@ -56,7 +57,7 @@ struct Plan {
   bool split_n = true;
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
   bool amx = false;     // AMX blocks: mc and packed A in 32-row, 32-k units
-  int64_t k32 = 0;
+  int64_t k32 = 0, lda_amx = 0;
   size_t acc_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;
 };
 
@@ -78,8 +79,12 @@ Plan make_plan(const GemmParams& p, bool amx) {
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
   pl.kc = kc;
   pl.k32 = (pl.K + kAmxK - 1) / kAmxK * kAmxK;
+  // Packed A row stride for AMX: 64 bytes more than k32 so the 16 rows of an A tile do
+  // not share one L1 set (a row stride that is a multiple of 4 KiB puts all 16 in the same
+  // 12-way set).
+  pl.lda_amx = pl.k32 + kAmxK;
   if (amx) {  // packed bf16 A chunk of 1 MiB, 32-row multiples
-    int64_t mc = kL2Budget / std::max<int64_t>(pl.k32 * 2, 1);
+    int64_t mc = kL2Budget / std::max<int64_t>(pl.lda_amx * 2, 1);
     mc = std::clamp<int64_t>(mc / kAmxRows * kAmxRows, kAmxRows, 8 * kAmxRows);
     pl.mc = std::min(mc, (pl.M + kAmxRows - 1) / kAmxRows * kAmxRows);
   } else if (pl.M <= kDecodeRows) {
@@ -113,7 +118,7 @@ Plan make_plan(const GemmParams& p, bool amx) {
   pl.k_even = (pl.K + 1) / 2 * 2;
   pl.apack_off = off;
   if (amx)
-    off = align_up(off + size_t(pl.mc) * size_t(pl.k32) * sizeof(uint16_t));
+    off = align_up(off + size_t(pl.mc) * size_t(pl.lda_amx) * sizeof(uint16_t));
   else
     off = align_up(off + size_t((pl.mc + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
   pl.per_thread = off;
@@ -250,7 +255,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
   void* bbuf = ws + pl.bbuf_off;
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
-  const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0];
+  const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
   const uint16_t* a = static_cast<const uint16_t*>(p.a.data);
   const size_t c_esize = dtype_size(p.c.dtype);
   const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
@@ -259,7 +264,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     const int mpad = (mrows + kAmxRows - 1) / kAmxRows * kAmxRows;
     for (int i = 0; i < mpad; ++i) {
-      uint16_t* d = apack + int64_t(i) * k32;
+      uint16_t* d = apack + int64_t(i) * ldp;
       if (i < mrows) {
         std::memcpy(d, a + (row0 + i) * lda, size_t(K) * 2);
         std::memset(d + K, 0, size_t(k32 - K) * 2);
@@ -275,7 +280,15 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         pack_panel(p.b, p.b_kn, j, 0, k32, bbuf);
         bp = bbuf;
       }
-      for (int rb = 0; rb < mpad; rb += kAmxRows) kt.amx_block(k32, apack + int64_t(rb) * k32, bp, acc + rb * kNR);
+      // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 32 KiB) stays in L1 for all the
+      // chunk's 32-row blocks; each A block (32 x kAmxKc = 16 KiB) is read from L2 once
+      // and serves both column halves.
+      for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
+        const int64_t kcur = std::min(kAmxKc, k32 - kb);
+        const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
+        for (int rb = 0; rb < mpad; rb += kAmxRows)
+          kt.amx_block(kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, acc + rb * kNR, kb > 0);
+      }
       EpilogueArgs e;
       e.acc = acc;
       e.m = mrows;

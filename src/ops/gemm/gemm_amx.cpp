@@ -1,10 +1,10 @@
 // AMX kernels: bf16 x bf16 with tdpbf16ps (16 x 16 f32 tile += 16 x 32 bf16 tile * 16
 // pairs x 16 bf16-pair tile), everything else as the AVX-512 kernels.
 //
-// One call computes a 32 x 64 block of C over the whole K: for each 32-column half, 2 x 2
-// C tiles (tmm0-3) stay in the tile registers while A (tmm4-5, rows 0-15 / 16-31) and B
-// (tmm6-7, columns 0-15 / 16-31 of the half) stream in 32-k steps, so each loaded tile
-// feeds two tdpbf16ps. The packed panel [K/2][64][2] is already AMX's B layout: a 16 x 64 B
+// One call adds a K block (kc, a multiple of 32) to a 32 x 64 block of C: for each
+// 32-column half, 2 x 2 C tiles (tmm0-3) stay in the tile registers while A (tmm4-5, rows
+// 0-15 / 16-31) and B (tmm6-7, columns 0-15 / 16-31 of the half) stream in 32-k steps, so
+// each loaded tile feeds two tdpbf16ps. The packed panel [K/2][64][2] is already AMX's B layout: a 16 x 64 B
 // tile is 16 pair-rows of 64 bytes, 256 bytes apart. Panels and packed A are zero-padded
 // to a multiple of 32 in K, so there is no K tail.
 #define OPTX_ISA_NS amx
@@ -35,19 +35,27 @@ void configure() {
   t_configured = true;
 }
 
-void amx_block(int64_t k32, const uint16_t* a, const void* bv, float* acc) {
+void amx_block(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc, bool accumulate) {
   if (!t_configured) configure();
   const uint8_t* b = static_cast<const uint8_t*>(bv);
-  const int64_t lda_bytes = k32 * 2;
+  const int64_t lda_bytes = lda * 2;
   const uint16_t* a_lo = a;
-  const uint16_t* a_hi = a + 16 * k32;
+  const uint16_t* a_hi = a + 16 * lda;
   for (int h = 0; h < 2; ++h) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    float* c = acc + h * 32;
+    if (accumulate) {
+      _tile_loadd(0, c, kNR * 4);
+      _tile_loadd(1, c + 16, kNR * 4);
+      _tile_loadd(2, c + 16 * kNR, kNR * 4);
+      _tile_loadd(3, c + 16 * kNR + 16, kNR * 4);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
     const uint8_t* bh = b + h * 128;
-    for (int64_t ks = 0; ks < k32; ks += 32) {
+    for (int64_t ks = 0; ks < kc; ks += 32) {
       const uint8_t* bk = bh + (ks / 2) * 256;
       _tile_loadd(4, a_lo + ks, lda_bytes);
       _tile_loadd(6, bk, 256);
@@ -58,7 +66,6 @@ void amx_block(int64_t k32, const uint16_t* a, const void* bv, float* acc) {
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
-    float* c = acc + h * 32;
     _tile_stored(0, c, kNR * 4);
     _tile_stored(1, c + 16, kNR * 4);
     _tile_stored(2, c + 16 * kNR, kNR * 4);

@@ -50,10 +50,12 @@ struct KernelTable {
   KernelF32A i8b;       // B i8    [kc][64]
   KernelBf16A bf16dp;   // A bf16 x B bf16 with a dot-product instruction; may be nullptr
   void (*epilogue)(const EpilogueArgs&);
-  // AMX (may be nullptr): C block 32 x 64 (acc, row stride 64, overwritten) over the whole
-  // K for bf16 x bf16. a: 32 packed rows, row-major with stride k32 (K rounded up to 32,
-  // zero-padded); b: the panel, whose pair rows are zero-padded to k32 / 2.
-  void (*amx_block)(int64_t k32, const uint16_t* a, const void* b, float* acc) = nullptr;
+  // AMX (may be nullptr): adds A[32 x kc] * B[kc x 64] to the 32 x 64 f32 block acc (row
+  // stride 64; overwritten unless accumulate), bf16 x bf16, kc a multiple of 32. a: 32
+  // packed rows, row-major with stride lda, zero-padded past K; b: the panel at the
+  // block's first pair row (pair rows are zero-padded to a multiple of 16).
+  void (*amx_block)(int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
+                    bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
 };
 
