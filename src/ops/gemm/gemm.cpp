@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kOp = "gemm";
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2  // bytes of an A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kAmxKc = 4096;  // AMX K block: B block 256 x 64 bf16 = 32 KiB
+constexpr int64_t kAmxKc = 1024;  // AMX K block: B block 256 x 64 bf16 = 32 KiB
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;

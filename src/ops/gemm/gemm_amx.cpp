@@ -23,6 +23,7 @@ struct alignas(64) TileConfig {
 
 // Tile configuration is per-thread state; load it once per thread until released.
 thread_local bool t_configured = false;
+constexpr int kPrefetchSteps = 1;
 
 void configure() {
   TileConfig cfg{};
@@ -57,6 +58,18 @@ void amx_block(int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float
     const uint8_t* bh = b + h * 128;
     for (int64_t ks = 0; ks < kc; ks += 32) {
       const uint8_t* bk = bh + (ks / 2) * 256;
+      if (ks + kPrefetchSteps * 32 < kc) {
+        // The next steps' tile rows from L2 into L1: a tile load is 16 line loads and
+        // tdpbf16ps waits for all of them.
+        const uint16_t* pa = a_lo + ks + kPrefetchSteps * 32;
+        const uint8_t* pb = bk + kPrefetchSteps * 16 * 256;
+        for (int r = 0; r < 16; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(pa + r * lda), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(pa + (16 + r) * lda), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(pb + r * 256), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(pb + r * 256 + 64), _MM_HINT_T0);
+        }
+      }
       _tile_loadd(4, a_lo + ks, lda_bytes);
       _tile_loadd(6, bk, 256);
       _tile_loadd(7, bk + 64, 256);
