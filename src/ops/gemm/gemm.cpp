@@ -107,7 +107,7 @@ Plan make_plan(const GemmParams& p, bool amx) {
 
   size_t off = 0;
   pl.acc_off = off;
-  off = align_up(off + size_t(pl.mc) * kNR * sizeof(float));
+  off = align_up(off + size_t(std::max<int64_t>(pl.mc, 4)) * kNR * sizeof(float));  // >= 4 for gemv4
   pl.bbuf_off = off;
   if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
@@ -154,6 +154,25 @@ ThreadRange range_for(const Plan& pl, int t) {
   return {0, pl.panels, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
 }
 
+// Turns the finished f32 tile of rows [row0, row0 + m) x panel j into C.
+void epilogue_panel(const GemmParams& p, const Plan& pl, const KernelTable& kt, const float* acc,
+                    int64_t row0, int m, int64_t j, const float* scales) {
+  const size_t c_esize = dtype_size(p.c.dtype);
+  EpilogueArgs e;
+  e.acc = acc;
+  e.m = m;
+  e.ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
+  e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
+  e.ldc = p.c.strides[0];
+  e.c_dtype = p.c.dtype;
+  e.alpha = p.alpha;
+  e.beta = p.beta;
+  e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * dtype_size(p.bias.dtype) : nullptr;
+  e.bias_dtype = p.bias.dtype;
+  e.col_scale = scales;
+  kt.epilogue(e);
+}
+
 // Packs rows [row0, row0 + rows) of A into kMR-row micro-panels (layout in gemm_kernels.h),
 // widening bf16 to f32 unless the kernel takes bf16 pairs. Rows past `rows` and k past K
 // are zero so the kernels need no tails.
@@ -188,8 +207,6 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const size_t besize = dtype_size(bt);
   const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
   const int64_t K = pl.K, lda = p.a.strides[0];
-  const size_t c_esize = dtype_size(p.c.dtype);
-  const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
 
   for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
     const int64_t row0 = ic * pl.mc;
@@ -202,8 +219,19 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
     else
       pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
-    for (int64_t j = r.p0; j < r.p1; ++j) {
-      const int ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
+    // Single-row decode on packed weights: four panels per call, four DRAM streams.
+    const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : nullptr;
+    int64_t j = r.p0;
+    if (mrows == 1 && p.packed_b && gemv4 && !use_dp) {
+      for (; j + 4 <= r.p1; j += 4) {
+        Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
+        for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(j + q);
+        gemv4(g);
+        for (int q = 0; q < 4; ++q)
+          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, bt == DType::kI8 ? p.packed_b->scales + (j + q) * kNR : nullptr);
+      }
+    }
+    for (; j < r.p1; ++j) {
       const float* scales = nullptr;
       if (bt == DType::kI8) {
         if (p.packed_b) {
@@ -232,19 +260,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
             kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0, ir == 0);
         }
       }
-      EpilogueArgs e;
-      e.acc = acc;
-      e.m = mrows;
-      e.ncols = ncols;
-      e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
-      e.ldc = p.c.strides[0];
-      e.c_dtype = p.c.dtype;
-      e.alpha = p.alpha;
-      e.beta = p.beta;
-      e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * bias_esize : nullptr;
-      e.bias_dtype = p.bias.dtype;
-      e.col_scale = scales;
-      kt.epilogue(e);
+      epilogue_panel(p, pl, kt, acc, row0, mrows, j, scales);
     }
   }
 }
@@ -257,8 +273,6 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
   const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
   const uint16_t* a = static_cast<const uint16_t*>(p.a.data);
-  const size_t c_esize = dtype_size(p.c.dtype);
-  const size_t bias_esize = p.bias.data ? dtype_size(p.bias.dtype) : 0;
   for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
@@ -289,19 +303,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         for (int rb = 0; rb < mpad; rb += kAmxRows)
           kt.amx_block(kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, acc + rb * kNR, kb > 0);
       }
-      EpilogueArgs e;
-      e.acc = acc;
-      e.m = mrows;
-      e.ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
-      e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
-      e.ldc = p.c.strides[0];
-      e.c_dtype = p.c.dtype;
-      e.alpha = p.alpha;
-      e.beta = p.beta;
-      e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * bias_esize : nullptr;
-      e.bias_dtype = p.bias.dtype;
-      e.col_scale = nullptr;
-      kt.epilogue(e);
+      epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
     }
   }
   kt.amx_release();

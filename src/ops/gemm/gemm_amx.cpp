@@ -98,8 +98,15 @@ void amx_release() {
 
 namespace optx::gemm_detail {
 const KernelTable& kernels_amx() {
-  static const KernelTable t{amx::kern_f32, amx::kern_bf16b, amx::kern_i8b, nullptr, amx::epilogue,
-                             amx::amx_block, amx::amx_release};
+  static const KernelTable t{.f32b = amx::kern_f32,
+                             .bf16b = amx::kern_bf16b,
+                             .i8b = amx::kern_i8b,
+                             .bf16dp = nullptr,
+                             .epilogue = amx::epilogue,
+                             .amx_block = amx::amx_block,
+                             .amx_release = amx::amx_release,
+                             .gemv4_f32 = amx::gemv4_f32,
+                             .gemv4_i8b = amx::gemv4_i8b};
   return t;
 }
 }  // namespace optx::gemm_detail

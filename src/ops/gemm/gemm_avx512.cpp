@@ -4,8 +4,13 @@
 
 namespace optx::gemm_detail {
 const KernelTable& kernels_avx512() {
-  static const KernelTable t{avx512::kern_f32, avx512::kern_bf16b, avx512::kern_i8b, nullptr,
-                             avx512::epilogue};
+  static const KernelTable t{.f32b = avx512::kern_f32,
+                             .bf16b = avx512::kern_bf16b,
+                             .i8b = avx512::kern_i8b,
+                             .bf16dp = nullptr,
+                             .epilogue = avx512::epilogue,
+                             .gemv4_f32 = avx512::gemv4_f32,
+                             .gemv4_i8b = avx512::gemv4_i8b};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -188,5 +188,53 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 
 #undef OPTX_DISPATCH_M
 
+// Single-row decode over four panels at once (256 output channels, 16 accumulators): four
+// DRAM streams per core instead of one, and 16 independent FMA chains to hide the i8
+// widening latency. Measured at M = 1, N = K = 4096, 2 threads, alternating runs: i8
+// 0.72 ms vs 0.84 ms per panel; bf16 gained nothing (1.39-1.59 vs 1.27-1.44 ms, it already
+// runs at the read ceiling), so it keeps the per-panel kernel. A is the packed [k][kMR]
+// micro-panel; acc holds 4 x 64 results.
+template <class Widen>
+OPTX_ALWAYS_INLINE void gemv4_body(const Gemv4Args& g, Widen widen, int64_t step) {
+  __m512 c[4][4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) c[p][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < g.kc; k += step) widen(k, c);
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + p * kNR + 16 * i, c[p][i]);
+}
+
+void gemv4_f32(const Gemv4Args& g) {
+  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {
+    const __m512 av = _mm512_set1_ps(g.a[k * kMR]);
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const float* bk = static_cast<const float*>(g.b[p]) + k * kNR;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) c[p][i] = _mm512_fmadd_ps(av, _mm512_load_ps(bk + 16 * i), c[p][i]);
+    }
+  }, 1);
+}
+
+void gemv4_i8b(const Gemv4Args& g) {
+  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {
+    const __m512 av = _mm512_set1_ps(g.a[k * kMR]);
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const int8_t* bk = static_cast<const int8_t*>(g.b[p]) + k * kNR;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i)
+        c[p][i] = _mm512_fmadd_ps(
+            av,
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i)))),
+            c[p][i]);
+    }
+  }, 1);
+}
+
 }  // namespace
 }  // namespace optx::gemm_detail::OPTX_ISA_NS

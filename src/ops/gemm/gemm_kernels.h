@@ -44,6 +44,16 @@ struct EpilogueArgs {
   const float* col_scale;  // 64 per-column scales (i8 weights), or nullptr
 };
 
+// Decode: one row of A against four whole panels at once (see gemm_avx512_inl.h), the
+// full K in one call; acc receives 4 x 64 results. Optional per ISA.
+struct Gemv4Args {
+  int64_t kc;
+  const float* a;     // packed A micro-panel [k][kMR], row 0 used
+  const void* b[4];   // four panels
+  float* acc;         // 4 x 64
+};
+using Gemv4Fn = void (*)(const Gemv4Args&);
+
 struct KernelTable {
   KernelF32A f32b;      // B f32   [kc][64]
   KernelF32A bf16b;     // B bf16  [kc/2][64][2]
@@ -57,6 +67,7 @@ struct KernelTable {
   void (*amx_block)(int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
+  Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr;
 };
 
 const KernelTable& kernels_scalar();

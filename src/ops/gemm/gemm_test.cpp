@@ -45,7 +45,7 @@ std::vector<Case> edge_cases() {
         }
   // Sizes at and around tile edges, and the 1023 cases from the spec.
   for (auto [M, N, K] : {std::tuple{1023, 7, 17}, {7, 1023, 17}, {17, 7, 1023}, {2, 65, 300}, {6, 64, 256},
-                         {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}}) {
+                         {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33}}) {
     for (const auto& t : combos) {
       Case c;
       c.M = M, c.N = N, c.K = K;
