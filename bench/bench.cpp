@@ -83,9 +83,9 @@ void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   // Floor: the larger of compute time at peak and transfer time at copy bandwidth.
   double floor_s = 0;
   if (r.roof == Roof::kF32 && ceil.fma_f32_gflops > 0) floor_s = flops / (ceil.fma_f32_gflops * 1e9);
-  // bf16 products can also run at the f32 FMA rate by widening in registers, so the bf16
-  // floor uses the faster of the two peaks.
-  const double bf16_peak = std::max(ceil.dot_bf16_gflops, ceil.fma_f32_gflops);
+  // bf16 products can also run at the f32 FMA rate by widening in registers, or on AMX
+  // tiles, so the bf16 floor uses the fastest peak the machine has.
+  const double bf16_peak = std::max({ceil.dot_bf16_gflops, ceil.fma_f32_gflops, ceil.amx_bf16_gflops});
   if (r.roof == Roof::kBF16 && bf16_peak > 0) floor_s = flops / (bf16_peak * 1e9);
   if (ceil.copy_gbytes_per_s > 0 && bytes > 0)
     floor_s = std::max(floor_s, bytes / (ceil.copy_gbytes_per_s * 1e9));
@@ -135,6 +135,41 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_loop_bf16(int64_t iters)
   float out[16];
   _mm512_storeu_ps(out, s);
   return out[0] + out[15];
+}
+
+// AMX: four independent 16 x 16 f32 accumulator tiles, inputs from registers. Needs the
+// process's tile permission (requested during cpu_features()).
+struct alignas(64) AmxConfig {
+  uint8_t palette_id, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+__attribute__((target("amx-tile,amx-bf16"))) float amx_loop(int64_t iters_in) {
+  const int64_t iters = iters_in / 50;
+  AmxConfig cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t in[16 * 32];
+  for (auto& v : in) v = 0x3c00;  // small values: no overflow over many iterations
+  _tile_loadd(4, in, 64);
+  _tile_loadd(5, in, 64);
+  _tile_loadd(6, in, 64);
+  _tile_loadd(7, in, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
 }
 
 volatile float g_sink;
@@ -250,6 +285,8 @@ Ceilings measure_ceilings(int threads, bool quick) {
   else if (isa >= Isa::kAvx2) c.fma_f32_gflops = peak_rate(threads, fma_loop_avx2, 12 * 8 * 2, quick);
   if (f.avx512_bf16) c.dot_bf16_gflops = peak_rate(threads, dot_loop_bf16, 16 * 16 * 4, quick);
   else c.dot_bf16_gflops = c.fma_f32_gflops;
+  // A tdpbf16ps is 16 x 16 x 32 multiply-adds; the loop is 50x denser than the others.
+  if (detected_isa() >= Isa::kAmx) c.amx_bf16_gflops = peak_rate(threads, amx_loop, 4.0 * 16 * 16 * 32 * 2 / 50, quick);
   c.copy_gbytes_per_s = copy_bandwidth(threads, quick, c.read_gbytes_per_s);
   return c;
 }

@@ -15,6 +15,7 @@ namespace optx::bench {
 struct Ceilings {
   double fma_f32_gflops = 0;   // peak f32 FMA rate at the run's thread count
   double dot_bf16_gflops = 0;  // peak bf16 dot-product rate (vdpbf16ps, else f32 FMA)
+  double amx_bf16_gflops = 0;  // peak AMX tdpbf16ps rate (0 without AMX)
   double copy_gbytes_per_s = 0;  // DRAM copy, bytes read + written, working set >= 256 MiB
   double read_gbytes_per_s = 0;  // DRAM read-only stream over the same buffer
 };

@@ -176,6 +176,7 @@ int cmd_bench(const Args& a) {
   ceiling("read", 0, ctx.ceil.read_gbytes_per_s);
   ceiling("fma_f32", ctx.ceil.fma_f32_gflops, 0);
   ceiling("dot_bf16", ctx.ceil.dot_bf16_gflops, 0);
+  if (ctx.ceil.amx_bf16_gflops > 0) ceiling("amx_bf16", ctx.ceil.amx_bf16_gflops, 0);
 
   const std::regex re(a.filter);
   for (const auto& b : bench::benches()) {
