@@ -1,0 +1,139 @@
+// `optx bench` rows for rms_norm and add_rms_norm: the fused op against `basic`, the
+// composition an eager framework runs (HF's RMSNorm: add; to f32; pow; mean; * rsqrt;
+// to bf16; * weight), each op a separate multi-threaded pass over preallocated
+// intermediates. Bytes counted for optx are the fewest the op must move: read x (and the
+// residual), write the residual and out.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "ops/norm/norm_internal.h"
+#include "testing/rng.h"
+
+namespace optx::norm_detail {
+namespace {
+
+struct Buf {
+  void* p;
+  size_t bytes;
+  explicit Buf(size_t b) : p(aligned_alloc_bytes(b)), bytes(b) {}
+  ~Buf() { aligned_free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  uint16_t* h() const { return static_cast<uint16_t*>(p); }
+  float* f() const { return static_cast<float*>(p); }
+};
+
+// Basic ops: one loop per op, compiled for the best ISA the CPU has (target_clones), so
+// each pass runs at memory speed like a framework's elementwise kernel.
+#define BASIC_OP __attribute__((target_clones("avx512f", "avx2", "default")))
+BASIC_OP void op_add(uint16_t* res, const uint16_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) res[i] = f32_to_bf16(bf16_to_f32(res[i]) + bf16_to_f32(x[i]));
+}
+BASIC_OP void op_to_f32(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+BASIC_OP void op_square(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+}
+BASIC_OP float op_mean(const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s / float(n);
+}
+BASIC_OP void op_scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+BASIC_OP void op_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+BASIC_OP void op_mul_w(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(w[i]));
+}
+
+// Runs fn(t) for rows t in parallel: one "kernel launch" per basic op.
+template <class Fn>
+void rows(int threads, int64_t T, Fn fn) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t t = 0; t < T; ++t) fn(t);
+}
+
+void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
+  const int64_t n = T * H;
+  const size_t b16 = size_t(n) * 2;
+  // Two sets of activations: with residual and out, >= 256 MiB touched per pair of calls.
+  constexpr int kSets = 2;
+  std::vector<std::unique_ptr<Buf>> x, res, out;
+  testing::Rng rng(3);
+  for (int s = 0; s < kSets; ++s) {
+    x.emplace_back(new Buf(b16));
+    res.emplace_back(new Buf(b16));
+    out.emplace_back(new Buf(b16));
+    testing::fill_bf16(x.back()->h(), n, rng);
+    testing::fill_bf16(res.back()->h(), n, rng);
+    testing::fill_bf16(out.back()->h(), n, rng);
+  }
+  std::vector<uint16_t> w(static_cast<size_t>(H));
+  testing::fill_bf16(w.data(), H, rng, 0.5f, 1.5f);
+  const float eps = 1e-6f;
+  const std::string cs = "dtype=bf16 T=" + std::to_string(T) + " H=" + std::to_string(H);
+  const char* op = add ? "add_rms_norm" : "rms_norm";
+  const double bytes = double(b16) * (add ? 4 : 2);
+
+  int set = 0;
+  bench::Record r{.op = op, .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = selected_impl(op);
+  auto t_optx = ctx.time_it([&] {
+    const int s = set++ % kSets;
+    auto v = [&](Buf& b) { return make_view(b.p, DType::kBF16, {T, H}); };
+    if (add)
+      (void)add_rms_norm({.x = v(*x[s]), .residual = v(*res[s]), .weight = make_view(w.data(), DType::kBF16, {H}),
+                          .out = v(*out[s]), .eps = eps});
+    else
+      (void)rms_norm({.x = v(*x[s]), .weight = make_view(w.data(), DType::kBF16, {H}), .out = v(*out[s]), .eps = eps});
+  });
+  ctx.add(r, t_optx, 0, bytes);
+
+  // basic: intermediates allocated and touched once, outside the timed region.
+  Buf h32(size_t(n) * 4), sq32(size_t(n) * 4), hb(b16);
+  std::vector<float> var(static_cast<size_t>(T));
+  std::memset(h32.p, 0, h32.bytes);
+  std::memset(sq32.p, 0, sq32.bytes);
+  std::memset(hb.p, 0, hb.bytes);
+  const int th = ctx.threads;
+  bench::Record b{.op = op, .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  b.peak_bytes = double(h32.bytes + sq32.bytes + hb.bytes + var.size() * 4);
+  b.note = add ? "add, to_f32, pow, mean, *rsqrt, to_bf16, *w" : "to_f32, pow, mean, *rsqrt, to_bf16, *w";
+  auto t_basic = ctx.time_it([&] {
+    const int s = set++ % kSets;
+    const uint16_t* src = x[s]->h();
+    if (add) {
+      rows(th, T, [&](int64_t t) { op_add(res[s]->h() + t * H, x[s]->h() + t * H, H); });
+      src = res[s]->h();
+    }
+    rows(th, T, [&](int64_t t) { op_to_f32(src + t * H, h32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { op_square(h32.f() + t * H, sq32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { var[size_t(t)] = op_mean(sq32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { op_scale(h32.f() + t * H, 1.0f / std::sqrt(var[size_t(t)] + eps), H); });
+    rows(th, T, [&](int64_t t) { op_to_bf16(h32.f() + t * H, hb.h() + t * H, H); });
+    rows(th, T, [&](int64_t t) { op_mul_w(hb.h() + t * H, w.data(), out[s]->h() + t * H, H); });
+  });
+  // Same useful bytes as optx, so GB/s compare directly (basic really moves ~5x more).
+  ctx.add(b, t_basic, 0, bytes);
+}
+
+void bench_norm(bench::Context& ctx) {
+  bench_case(ctx, true, 4096, 7168);
+  bench_case(ctx, false, 4096, 7168);
+  if (!ctx.quick) bench_case(ctx, true, 4096, 4096);
+}
+
+OPTX_REGISTER_BENCH("rms_norm|add_rms_norm", bench_norm);
+
+}  // namespace
+}  // namespace optx::norm_detail

@@ -1,0 +1,86 @@
+// RMSNorm row kernels written once over a vector type V (src/simd) and included by each
+// ISA unit inside its own namespace (OPTX_ISA_NS).
+//
+// Both ops share row_sumsq's reduction order (chunk c of W lanes goes to accumulator
+// c % 4; the tail chunk continues the cycle) and scale_row, which is what makes
+// add_rms_norm bitwise equal to "residual += x; rms_norm(residual)".
+// A row of 7168 bf16 is 14 KiB: the second pass over it hits L1, so each element crosses
+// the memory bus once per read and once per write.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including norm_kernels_inl.h"
+#endif
+#include <cmath>
+
+#include "ops/norm/norm_internal.h"
+
+namespace optx::norm_detail::OPTX_ISA_NS {
+namespace {
+
+template <class V, class T>
+OPTX_ALWAYS_INLINE float row_sumsq(const T* x, int64_t H) {
+  typename V::F acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+  int64_t i = 0;
+  int c = 0;
+  for (; i + V::W <= H; i += V::W, c = (c + 1) & 3) {
+    const auto v = V::load(x + i);
+    acc[c] = V::fmadd(v, v, acc[c]);
+  }
+  if (i < H) {
+    const auto v = V::load(x + i, int(H - i));
+    acc[c] = V::fmadd(v, v, acc[c]);
+  }
+  return V::reduce(V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3])));
+}
+
+OPTX_ALWAYS_INLINE float inv_rms(float sumsq, int64_t H, float eps) {
+  return 1.0f / std::sqrt(sumsq / float(H) + eps);
+}
+
+template <class V, class T>
+OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out) {
+  const auto s = V::set1(inv);
+  int64_t i = 0;
+  for (; i + V::W <= H; i += V::W) V::store(out + i, V::mul(V::mul(V::load(x + i), s), V::load(w + i)));
+  if (i < H) {
+    const int n = int(H - i);
+    V::store(out + i, V::mul(V::mul(V::load(x + i, n), s), V::load(w + i, n)), n);
+  }
+}
+
+template <class V, class T>
+void rms_norm_row_t(const Rows& r, int64_t t) {
+  const T* x = static_cast<const T*>(r.x) + t * r.ldx;
+  const float inv = inv_rms(row_sumsq<V>(x, r.H), r.H, r.eps);
+  scale_row<V>(x, static_cast<const T*>(r.weight), inv, r.H, static_cast<T*>(r.out) + t * r.ldo);
+}
+
+// residual += x, rounded to T as stored; then the norm of the stored values.
+template <class V, class T>
+void add_rms_norm_row_t(const Rows& r, int64_t t) {
+  const T* x = static_cast<const T*>(r.x) + t * r.ldx;
+  T* res = static_cast<T*>(r.residual) + t * r.ldr;
+  int64_t i = 0;
+  for (; i + V::W <= r.H; i += V::W) V::store(res + i, V::add(V::load(res + i), V::load(x + i)));
+  if (i < r.H) {
+    const int n = int(r.H - i);
+    V::store(res + i, V::add(V::load(res + i, n), V::load(x + i, n)), n);
+  }
+  // Re-read the row just written (L1) so the statistics see the rounded values.
+  const float inv = inv_rms(row_sumsq<V>(static_cast<const T*>(res), r.H), r.H, r.eps);
+  scale_row<V>(static_cast<const T*>(res), static_cast<const T*>(r.weight), inv, r.H,
+               static_cast<T*>(r.out) + t * r.ldo);
+}
+
+template <class V>
+void rms_norm_row(const Rows& r, int64_t t) {
+  if (r.bf16) rms_norm_row_t<V, uint16_t>(r, t);
+  else rms_norm_row_t<V, float>(r, t);
+}
+template <class V>
+void add_rms_norm_row(const Rows& r, int64_t t) {
+  if (r.bf16) add_rms_norm_row_t<V, uint16_t>(r, t);
+  else add_rms_norm_row_t<V, float>(r, t);
+}
+
+}  // namespace
+}  // namespace optx::norm_detail::OPTX_ISA_NS

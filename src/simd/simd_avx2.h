@@ -1,0 +1,68 @@
+// Thin AVX2 vector wrapper (interface: simd_scalar.h). Include only from AVX2-flagged units.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "optx/tensor.h"
+
+namespace optx::simd {
+
+struct Avx2 {
+  static constexpr int W = 8;
+  using F = __m256;
+
+  OPTX_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
+  OPTX_ALWAYS_INLINE static F set1(float v) { return _mm256_set1_ps(v); }
+  OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  OPTX_ALWAYS_INLINE static float reduce(F v) {
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+  }
+
+  // Tails go through a zero-padded stack copy: AVX2 has no byte-granular masked 16-bit
+  // loads, and tails are at most 7 elements per row.
+  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm256_loadu_ps(p); }
+  OPTX_ALWAYS_INLINE static F load(const float* p, int n) {
+    float t[W] = {};
+    std::memcpy(t, p, sizeof(float) * size_t(n));
+    return _mm256_loadu_ps(t);
+  }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p, int n) {
+    uint16_t t[W] = {};
+    std::memcpy(t, p, sizeof(uint16_t) * size_t(n));
+    return load(static_cast<const uint16_t*>(t));
+  }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v, int n) {
+    float t[W];
+    _mm256_storeu_ps(t, v);
+    std::memcpy(p, t, sizeof(float) * size_t(n));
+  }
+  OPTX_ALWAYS_INLINE static __m128i to_bf16(F v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, qnan, nan);
+    // Pack 8 x 32-bit (values < 65536) to 8 x 16-bit.
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), to_bf16(v)); }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) {
+    uint16_t t[W];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t), to_bf16(v));
+    std::memcpy(p, t, sizeof(uint16_t) * size_t(n));
+  }
+};
+
+}  // namespace optx::simd

@@ -1,0 +1,55 @@
+// Thin AVX-512 vector wrapper for op kernels written once as templates over a vector type
+// (see simd_scalar.h for the interface). Include only from units built with AVX-512 flags.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "optx/tensor.h"
+
+namespace optx::simd {
+
+struct Avx512 {
+  static constexpr int W = 16;
+  using F = __m512;
+
+  OPTX_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
+  OPTX_ALWAYS_INLINE static F set1(float v) { return _mm512_set1_ps(v); }
+  OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  // Horizontal sum in a fixed order (halves folded), so results are reproducible.
+  OPTX_ALWAYS_INLINE static float reduce(F v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+  }
+
+  OPTX_ALWAYS_INLINE static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
+  // n < W elements (tails); lanes past n read as 0 and are not written.
+  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm512_loadu_ps(p); }
+  OPTX_ALWAYS_INLINE static F load(const float* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p, int n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask(n), p)), 16));
+  }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  // f32 -> bf16, round to nearest even; NaN becomes a quiet NaN (as f32_to_bf16).
+  OPTX_ALWAYS_INLINE static __m256i to_bf16(F v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+  }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(v)); }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) { _mm256_mask_storeu_epi16(p, mask(n), to_bf16(v)); }
+};
+
+}  // namespace optx::simd

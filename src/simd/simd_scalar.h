@@ -1,0 +1,34 @@
+// Portable "vector" of one lane: the reference shape of the interface the per-ISA wrappers
+// (simd_avx2.h, simd_avx512.h) implement, so an op kernel is written once as a template.
+//   W              lanes
+//   F              vector of W floats
+//   zero, set1, add, mul, fmadd, reduce (fixed-order horizontal sum)
+//   load(p) / load(p, n)      from f32 or bf16 (uint16_t) memory; n < W: tail, rest 0
+//   store(p, v) / store(p, v, n)  to f32 or bf16 (round to nearest even, NaN kept)
+#pragma once
+#include <cstdint>
+
+#include "optx/tensor.h"
+
+namespace optx::simd {
+
+struct Scalar {
+  static constexpr int W = 1;
+  using F = float;
+  OPTX_ALWAYS_INLINE static F zero() { return 0.0f; }
+  OPTX_ALWAYS_INLINE static F set1(float v) { return v; }
+  OPTX_ALWAYS_INLINE static F add(F a, F b) { return a + b; }
+  OPTX_ALWAYS_INLINE static F mul(F a, F b) { return a * b; }
+  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return a * b + c; }
+  OPTX_ALWAYS_INLINE static float reduce(F v) { return v; }
+  OPTX_ALWAYS_INLINE static F load(const float* p) { return *p; }
+  OPTX_ALWAYS_INLINE static F load(const float* p, int) { return *p; }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p) { return bf16_to_f32(*p); }
+  OPTX_ALWAYS_INLINE static F load(const uint16_t* p, int) { return bf16_to_f32(*p); }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v) { *p = v; }
+  OPTX_ALWAYS_INLINE static void store(float* p, F v, int) { *p = v; }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { *p = f32_to_bf16(v); }
+  OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int) { *p = f32_to_bf16(v); }
+};
+
+}  // namespace optx::simd
