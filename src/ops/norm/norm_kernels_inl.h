@@ -36,11 +36,23 @@ OPTX_ALWAYS_INLINE float inv_rms(float sumsq, int64_t H, float eps) {
   return 1.0f / std::sqrt(sumsq / float(H) + eps);
 }
 
+// The second pass runs from L1 and leaves the memory bus idle unless it asks for the next
+// row meanwhile: pf0 / pf1 (the next row's inputs, or nullptr) are prefetched alongside,
+// one line per 64 bytes of this row. Without it the two passes serialise memory and
+// compute (measured: rms_norm bf16 4096 x 7168 at 13 GB/s).
 template <class V, class T>
-OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out) {
+OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out, const T* pf0,
+                                  const T* pf1) {
   const auto s = V::set1(inv);
   int64_t i = 0;
-  for (; i + V::W <= H; i += V::W) V::store(out + i, V::mul(V::mul(V::load(x + i), s), V::load(w + i)));
+  constexpr int64_t kLine = 64 / sizeof(T);
+  for (; i + V::W <= H; i += V::W) {
+    if (i % kLine == 0) {
+      if (pf0) __builtin_prefetch(pf0 + i);
+      if (pf1) __builtin_prefetch(pf1 + i);
+    }
+    V::store(out + i, V::mul(V::mul(V::load(x + i), s), V::load(w + i)));
+  }
   if (i < H) {
     const int n = int(H - i);
     V::store(out + i, V::mul(V::mul(V::load(x + i, n), s), V::load(w + i, n)), n);
@@ -51,7 +63,8 @@ template <class V, class T>
 void rms_norm_row_t(const Rows& r, int64_t t) {
   const T* x = static_cast<const T*>(r.x) + t * r.ldx;
   const float inv = inv_rms(row_sumsq<V>(x, r.H), r.H, r.eps);
-  scale_row<V>(x, static_cast<const T*>(r.weight), inv, r.H, static_cast<T*>(r.out) + t * r.ldo);
+  const T* next = t + 1 < r.T ? x + r.ldx : nullptr;
+  scale_row<V>(x, static_cast<const T*>(r.weight), inv, r.H, static_cast<T*>(r.out) + t * r.ldo, next, static_cast<const T*>(nullptr));
 }
 
 // residual += x, rounded to T as stored; then the norm of the stored values.
@@ -67,8 +80,9 @@ void add_rms_norm_row_t(const Rows& r, int64_t t) {
   }
   // Re-read the row just written (L1) so the statistics see the rounded values.
   const float inv = inv_rms(row_sumsq<V>(static_cast<const T*>(res), r.H), r.H, r.eps);
+  const bool more = t + 1 < r.T;
   scale_row<V>(static_cast<const T*>(res), static_cast<const T*>(r.weight), inv, r.H,
-               static_cast<T*>(r.out) + t * r.ldo);
+               static_cast<T*>(r.out) + t * r.ldo, more ? x + r.ldx : nullptr, more ? static_cast<const T*>(res + r.ldr) : nullptr);
 }
 
 template <class V>
