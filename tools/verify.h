@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "optx/status.h"
+#include "testing/compare.h"
+
 namespace optx::verify {
 
 struct Record {
@@ -14,6 +17,22 @@ struct Record {
   bool pass = false;
   std::string message;
 };
+
+// One row from a run's status and its comparison with the reference.
+inline Record make_record(std::string op, std::string impl, std::string case_, const Status& st,
+                          const testing::CompareResult& cmp) {
+  Record r;
+  r.op = std::move(op);
+  r.impl = std::move(impl);
+  r.case_ = std::move(case_);
+  r.max_abs_err = cmp.max_abs_err;
+  r.max_rel_err = cmp.max_rel_err;
+  r.nmse = cmp.nmse;
+  r.worst_index = cmp.worst_index;
+  r.pass = st.ok() && cmp.pass;
+  r.message = st.ok() ? cmp.message : st.message();
+  return r;
+}
 
 using VerifyFn = void (*)(std::vector<Record>&);
 bool register_verify(const char* op, VerifyFn fn);

@@ -44,17 +44,7 @@ void verify_gemm(std::vector<verify::Record>& out) {
         c.bias = s.bias;
         c.b_kn = s.M == 33;  // one [K, N] layout per combination
         const auto o = testutil::run_case(*impl, c, uint64_t(s.M * 131 + s.K));
-        verify::Record r;
-        r.op = "gemm";
-        r.impl = impl->name;
-        r.case_ = c.name();
-        r.max_abs_err = o.cmp.max_abs_err;
-        r.max_rel_err = o.cmp.max_rel_err;
-        r.nmse = o.cmp.nmse;
-        r.worst_index = o.cmp.worst_index;
-        r.pass = o.status.ok() && o.cmp.pass;
-        r.message = o.status.ok() ? o.cmp.message : o.status.message();
-        out.push_back(r);
+        out.push_back(verify::make_record("gemm", impl->name, c.name(), o.status, o.cmp));
       }
     }
   }

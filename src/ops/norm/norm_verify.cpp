@@ -19,17 +19,7 @@ void verify_norm(std::vector<verify::Record>& out, bool add) {
           testutil::Case c;
           c.add = add, c.dtype = dt, c.T = T, c.H = H, c.pad = pad, c.out_aliases_x = alias, c.scale = scale;
           const auto o = testutil::run_case(*impl, c, uint64_t(H * 7 + T));
-          verify::Record r;
-          r.op = reg.op();
-          r.impl = impl->name;
-          r.case_ = c.name();
-          r.max_abs_err = o.cmp.max_abs_err;
-          r.max_rel_err = o.cmp.max_rel_err;
-          r.nmse = o.cmp.nmse;
-          r.worst_index = o.cmp.worst_index;
-          r.pass = o.status.ok() && o.cmp.pass;
-          r.message = o.status.ok() ? o.cmp.message : o.status.message();
-          out.push_back(r);
+          out.push_back(verify::make_record(reg.op(), impl->name, c.name(), o.status, o.cmp));
         }
   }
 }
