@@ -16,6 +16,8 @@ struct Avx2 {
   OPTX_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
   OPTX_ALWAYS_INLINE static F set1(float v) { return _mm256_set1_ps(v); }
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm256_permute_ps(a, 0xB1); }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   OPTX_ALWAYS_INLINE static float reduce(F v) {

@@ -16,6 +16,9 @@ struct Avx512 {
   OPTX_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
   OPTX_ALWAYS_INLINE static F set1(float v) { return _mm512_set1_ps(v); }
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  // Swaps lanes 2i and 2i+1 (adjacent pairs).
+  OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm512_permute_ps(a, 0xB1); }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   // Horizontal sum in a fixed order (halves folded), so results are reproducible.

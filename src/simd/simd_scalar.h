@@ -2,7 +2,8 @@
 // (simd_avx2.h, simd_avx512.h) implement, so an op kernel is written once as a template.
 //   W              lanes
 //   F              vector of W floats
-//   zero, set1, add, mul, fmadd, reduce (fixed-order horizontal sum)
+//   zero, set1, add, sub, mul, fmadd, reduce (fixed-order horizontal sum)
+//   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
 //   load(p) / load(p, n)      from f32 or bf16 (uint16_t) memory; n < W: tail, rest 0
 //   store(p, v) / store(p, v, n)  to f32 or bf16 (round to nearest even, NaN kept)
 #pragma once
@@ -18,6 +19,8 @@ struct Scalar {
   OPTX_ALWAYS_INLINE static F zero() { return 0.0f; }
   OPTX_ALWAYS_INLINE static F set1(float v) { return v; }
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return a + b; }
+  OPTX_ALWAYS_INLINE static F sub(F a, F b) { return a - b; }
+  // W == 1 has no pairs inside a vector; kernels needing swap_pairs special-case W == 1.
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return a * b; }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return a * b + c; }
   OPTX_ALWAYS_INLINE static float reduce(F v) { return v; }

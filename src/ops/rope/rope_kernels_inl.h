@@ -1,0 +1,105 @@
+// RoPE head kernels written once over a vector type V (src/simd), included per ISA unit in
+// its own namespace (OPTX_ISA_NS). rope_head() is also what the fused cache-write ops call,
+// so "fused == rope then write" holds bit for bit.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including rope_kernels_inl.h"
+#endif
+#include "ops/rope/rope_internal.h"
+
+namespace optx::rope_detail::OPTX_ISA_NS {
+namespace {
+
+OPTX_ALWAYS_INLINE float scalar_f32(const float* p) { return *p; }
+OPTX_ALWAYS_INLINE float scalar_f32(const uint16_t* p) { return bf16_to_f32(*p); }
+
+// y1 = x1 c - x2 s, y2 = x2 c + x1 s over i < half; x1/x2 and y1/y2 may be different
+// memory (de-interleaving goes through an f32 buffer).
+template <class V, class S, class T>
+OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, const float* s, int64_t half,
+                                      T* y1, T* y2) {
+  int64_t i = 0;
+  for (; i + V::W <= half; i += V::W) {
+    const auto a = V::load(x1 + i), b = V::load(x2 + i), cc = V::load(c + i), ss = V::load(s + i);
+    V::store(y1 + i, V::sub(V::mul(a, cc), V::mul(b, ss)));
+    V::store(y2 + i, V::add(V::mul(b, cc), V::mul(a, ss)));
+  }
+  if (i < half) {
+    const int n = int(half - i);
+    const auto a = V::load(x1 + i, n), b = V::load(x2 + i, n), cc = V::load(c + i, n), ss = V::load(s + i, n);
+    V::store(y1 + i, V::sub(V::mul(a, cc), V::mul(b, ss)), n);
+    V::store(y2 + i, V::add(V::mul(b, cc), V::mul(a, ss)), n);
+  }
+}
+
+// Per-token expansion for the interleaved style: ce[2i] = ce[2i+1] = c_i,
+// se[2i] = -s_i, se[2i+1] = s_i, so y = x * ce + swap_pairs(x) * se.
+struct Expanded {
+  alignas(64) float ce[kMaxRotaryDim];
+  alignas(64) float se[kMaxRotaryDim];
+};
+OPTX_ALWAYS_INLINE void expand(const float* c, const float* s, int64_t half, Expanded& e) {
+  for (int64_t i = 0; i < half; ++i) {
+    e.ce[2 * i] = e.ce[2 * i + 1] = c[i];
+    e.se[2 * i] = -s[i];
+    e.se[2 * i + 1] = s[i];
+  }
+}
+
+// Rotates one head slice x[0..d) in place. e: expanded tables (kInterleaved, W > 1).
+template <class V, class T>
+OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t d, RopeStyle style,
+                                  const Expanded& e) {
+  const int64_t half = d / 2;
+  if (style == RopeStyle::kHalf) {
+    rotate_halves<V>(static_cast<const T*>(x), static_cast<const T*>(x + half), c, s, half, x, x + half);
+  } else if (style == RopeStyle::kInterleaved) {
+    if constexpr (V::W == 1) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = V::load(x + 2 * i), b = V::load(x + 2 * i + 1);
+        V::store(x + 2 * i, a * c[i] - b * s[i]);
+        V::store(x + 2 * i + 1, b * c[i] + a * s[i]);
+      }
+    } else {
+      int64_t j = 0;
+      for (; j + V::W <= d; j += V::W) {
+        const auto v = V::load(x + j);
+        V::store(x + j, V::add(V::mul(v, V::load(e.ce + j)), V::mul(V::swap_pairs(v), V::load(e.se + j))));
+      }
+      if (j < d) {  // n is even: pairs never straddle the tail
+        const int n = int(d - j);
+        const auto v = V::load(x + j, n);
+        V::store(x + j, V::add(V::mul(v, V::load(e.ce + j, n)), V::mul(V::swap_pairs(v), V::load(e.se + j, n))), n);
+      }
+    }
+  } else {  // kInterleavedToHalf: de-interleave into f32, rotate halves, write [y1 | y2]
+    alignas(64) float buf[kMaxRotaryDim];
+    for (int64_t i = 0; i < half; ++i) {
+      buf[i] = scalar_f32(x + 2 * i);
+      buf[half + i] = scalar_f32(x + 2 * i + 1);
+    }
+    rotate_halves<V>(static_cast<const float*>(buf), static_cast<const float*>(buf + half), c, s, half, x, x + half);
+  }
+}
+
+template <class V, class T>
+void rope_token_t(const Args& a, int64_t t) {
+  const int64_t pos = a.position(t);
+  const float* c = a.cos + pos * a.cs_stride;
+  const float* s = a.sin + pos * a.cs_stride;
+  Expanded e;
+  if (a.style == RopeStyle::kInterleaved && V::W > 1) expand(c, s, a.rotary_dim / 2, e);
+  for (const HeadSet* hs : {&a.q, &a.k})
+    for (int64_t h = 0; h < hs->heads; ++h) {
+      T* x = static_cast<T*>(hs->x) + t * hs->st + h * hs->sh + a.rotary_offset;
+      rope_head<V>(x, c, s, a.rotary_dim, a.style, e);
+    }
+}
+
+template <class V>
+void rope_token(const Args& a, int64_t t) {
+  if (a.bf16) rope_token_t<V, uint16_t>(a, t);
+  else rope_token_t<V, float>(a, t);
+}
+
+}  // namespace
+}  // namespace optx::rope_detail::OPTX_ISA_NS

@@ -1,0 +1,77 @@
+// RoPE tables in double precision, with DeepSeek's YaRN (HF DeepseekV2YarnRotaryEmbedding):
+//   f_i       = theta^(-2i/d)
+//   corr(r)   = d * ln(L_orig / (2 pi r)) / (2 ln theta)
+//   low, high = floor(corr(beta_fast)), ceil(corr(beta_slow)), clamped to [0, d - 1]
+//   ramp_i    = clamp((i - low) / (high - low), 0, 1)      (high == low: high += 0.001)
+//   inv_freq  = f_i / factor * ramp_i + f_i * (1 - ramp_i)
+//   cos, sin  = cos/sin(p * inv_freq) * m(factor, mscale) / m(factor, mscale_all_dim)
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "optx/rope.h"
+
+namespace optx {
+
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+Status RopeTable::build(const RopeTableParams& p, RopeTable* out) {
+  constexpr const char* op = "rope_table";
+  if (!out) return Error(StatusCode::kInvalidArgument, op, ": out is null");
+  if (p.rotary_dim < 2 || p.rotary_dim % 2 || p.rotary_dim > 1024)
+    return Error(StatusCode::kInvalidArgument, op, ": rotary_dim=", p.rotary_dim, " must be even and in [2, 1024]");
+  if (p.max_positions < 1 || p.max_positions > (int64_t(1) << 26))
+    return Error(StatusCode::kInvalidArgument, op, ": max_positions=", p.max_positions, " must be in [1, 2^26]");
+  if (!(p.theta > 1.0)) return Error(StatusCode::kInvalidArgument, op, ": theta=", p.theta, " must be > 1");
+  const YarnScaling& y = p.yarn;
+  const bool yarn = y.factor > 1.0;
+  if (yarn && (y.original_max_position_embeddings < 1 || !(y.beta_fast > 0) || !(y.beta_slow > 0)))
+    return Error(StatusCode::kInvalidArgument, op, ": yarn needs original_max_position_embeddings=",
+                 y.original_max_position_embeddings, " >= 1 and beta_fast=", y.beta_fast, ", beta_slow=", y.beta_slow, " > 0");
+  const int64_t d = p.rotary_dim, half = d / 2;
+  RopeTable t;
+  t.positions_ = p.max_positions;
+  t.half_ = half;
+  t.inv_freq_.resize(size_t(half));
+  double low = 0, high = 0;
+  if (yarn) {
+    auto corr = [&](double r) {
+      return double(d) * std::log(double(y.original_max_position_embeddings) / (2.0 * std::numbers::pi * r)) /
+             (2.0 * std::log(p.theta));
+    };
+    low = std::max(std::floor(corr(y.beta_fast)), 0.0);
+    high = std::min(std::ceil(corr(y.beta_slow)), double(d - 1));
+    if (high == low) high += 0.001;
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = std::pow(p.theta, -2.0 * double(i) / double(d));
+    if (!yarn) {
+      t.inv_freq_[size_t(i)] = f;
+      continue;
+    }
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+    t.inv_freq_[size_t(i)] = f / y.factor * ramp + f * (1.0 - ramp);
+  }
+  const double m = yarn ? yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim) : 1.0;
+  t.cos_.resize(size_t(p.max_positions * half));
+  t.sin_.resize(size_t(p.max_positions * half));
+  for (int64_t pos = 0; pos < p.max_positions; ++pos)
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = double(pos) * t.inv_freq_[size_t(i)];
+      t.cos_[size_t(pos * half + i)] = float(std::cos(a) * m);
+      t.sin_[size_t(pos * half + i)] = float(std::sin(a) * m);
+    }
+  *out = std::move(t);
+  return Status::Ok();
+}
+
+TensorView RopeTable::cos() const {
+  return make_view(const_cast<float*>(cos_.data()), DType::kF32, {positions_, half_});
+}
+TensorView RopeTable::sin() const {
+  return make_view(const_cast<float*>(sin_.data()), DType::kF32, {positions_, half_});
+}
+
+}  // namespace optx

@@ -1,0 +1,138 @@
+// rope: every runnable implementation against the formulas, all styles, partial and offset
+// rotary slices, q/k with different head counts, strided heads; YaRN table properties;
+// bad inputs -> Status.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "ops/rope/rope_testutil.h"
+
+namespace optx::rope_detail {
+namespace {
+
+using testutil::Case;
+
+TEST(Rope, EveryImplementationMatchesReference) {
+  std::vector<Case> cases;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (RopeStyle st : {RopeStyle::kHalf, RopeStyle::kInterleaved, RopeStyle::kInterleavedToHalf})
+      for (auto [D, rd, off] : {std::tuple{64, 0, 0}, {128, 64, 0}, {192, 64, 128}, {80, 80, 0}, {96, 34, 62}, {2, 2, 0},
+                                {576, 64, 512}}) {
+        Case c;
+        c.dtype = dt, c.style = st, c.D = D, c.rotary_dim = rd, c.rotary_offset = off;
+        c.T = D == 2 ? 0 : 5;
+        c.Hq = 3, c.Hk = D % 3 == 0 ? 1 : 2;
+        c.pos64 = D % 2 == 0 && rd % 4 == 0;
+        c.head_pad = off % 3;
+        c.yarn_factor = D == 192 ? 40.0 : 1.0;
+        cases.push_back(c);
+      }
+  Case one;  // T = 1, positions at the end of a long table
+  one.T = 1, one.P = 9000, one.D = 128, one.yarn_factor = 4.0;  // original context P / 4 = 2250
+  cases.push_back(one);
+  for (const auto* impl : registry().runnable())
+    for (const Case& c : cases) {
+      const auto o = testutil::run_case(*impl, c, uint64_t(c.D + c.T));
+      ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+      EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+    }
+}
+
+TEST(RopeTable, YarnFactorOneIsPlainRope) {
+  RopeTable plain, yarn1;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 300}, &plain).ok());
+  YarnScaling y;
+  y.factor = 1.0, y.mscale = 0.707, y.mscale_all_dim = 0.707, y.original_max_position_embeddings = 64;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 300, .yarn = y}, &yarn1).ok());
+  for (int64_t i = 0; i < 300 * 32; ++i) {
+    ASSERT_EQ(static_cast<float*>(plain.cos().data)[i], static_cast<float*>(yarn1.cos().data)[i]);
+    ASSERT_EQ(static_cast<float*>(plain.sin().data)[i], static_cast<float*>(yarn1.sin().data)[i]);
+  }
+  // Plain RoPE against cos(p * theta^(-2i/d)) computed here.
+  const double a = 299.0 * std::pow(10000.0, -2.0 * 5 / 64);
+  EXPECT_NEAR(static_cast<float*>(plain.cos().data)[299 * 32 + 5], std::cos(a), 1e-6);
+}
+
+TEST(RopeTable, DeepSeekYarnRamp) {
+  // DeepSeek-V2/V3: d 64, theta 1e4, L_orig 4096, beta 32/1 -> correction range [10, 23]:
+  // dims below 10 keep theta^(-2i/d), dims above 23 are divided by the factor.
+  YarnScaling y;
+  y.factor = 40.0, y.original_max_position_embeddings = 4096, y.beta_fast = 32, y.beta_slow = 1;
+  y.mscale = 1.0, y.mscale_all_dim = 1.0;
+  RopeTable t;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 8, .yarn = y}, &t).ok());
+  for (int i = 0; i < 32; ++i) {
+    const double f = std::pow(10000.0, -2.0 * i / 64);
+    if (i <= 10) {
+      EXPECT_DOUBLE_EQ(t.inv_freq()[size_t(i)], f) << i;
+    }
+    if (i >= 23) {
+      EXPECT_DOUBLE_EQ(t.inv_freq()[size_t(i)], f / 40.0) << i;
+    }
+    if (i > 10 && i < 23) {
+      const double ramp = (i - 10.0) / 13.0;
+      EXPECT_NEAR(t.inv_freq()[size_t(i)], f / 40.0 * ramp + f * (1 - ramp), 1e-15) << i;
+    }
+  }
+  EXPECT_NEAR(yarn_mscale(40.0, 0.707), 0.1 * 0.707 * std::log(40.0) + 1.0, 1e-15);
+  EXPECT_NEAR(yarn_mscale(40.0, 0.707), 1.260804, 1e-6);  // V2-Lite m, from the model card arithmetic
+  EXPECT_EQ(yarn_mscale(1.0, 0.707), 1.0);
+  // mscale != mscale_all_dim scales cos/sin: position 0 gives cos = m ratio.
+  y.mscale = 1.0, y.mscale_all_dim = 0.5;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 2, .yarn = y}, &t).ok());
+  EXPECT_NEAR(static_cast<float*>(t.cos().data)[0], yarn_mscale(40, 1.0) / yarn_mscale(40, 0.5), 1e-6);
+}
+
+TEST(Rope, BadInputs) {
+  RopeTable t;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 8, .max_positions = 10}, &t).ok());
+  std::vector<float> q(2 * 2 * 8);
+  std::vector<int32_t> pos = {0, 10};
+  RopeParams p{.q = make_view(q.data(), DType::kF32, {2, 2, 8}), .positions = make_view(pos.data(), DType::kI32, {2}),
+               .cos = t.cos(), .sin = t.sin()};
+  auto expect = [](const RopeParams& p, const std::string& needle) {
+    const Status st = rope(p);
+    ASSERT_FALSE(st.ok()) << needle;
+    EXPECT_NE(st.message().find("rope: "), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  expect(p, "positions[1]=10 is outside the cos/sin table [0, 10)");
+  pos[1] = -1;
+  expect(p, "positions[1]=-1");
+  pos[1] = 3;
+  EXPECT_TRUE(rope(p).ok());
+  auto b = p;
+  b.rotary_dim = 6;
+  expect(b, "cos must be f32 [P, rotary_dim/2=3]");
+  b = p;
+  b.rotary_offset = 2;
+  expect(b, "rotary_offset=2 + rotary_dim=8 exceeds q.sizes[2]=8");
+  b = p;
+  b.q.strides[2] = 2;
+  expect(b, "q.strides[2]=2");
+  b = p;
+  b.q = {};
+  expect(b, "q and k are both empty");
+  b = p;
+  b.positions.dtype = DType::kF32;
+  expect(b, "positions.dtype=f32");
+  b = p;
+  b.rotary_dim = 7;
+  expect(b, "rotary_dim=7");
+  RopeTable bad;
+  EXPECT_FALSE(RopeTable::build({.rotary_dim = 3}, &bad).ok());
+}
+
+TEST(RopeDispatch, SelectedRespectsMaxIsa) {
+  const auto* impl = registry().find(selected_impl("rope"));
+  ASSERT_NE(impl, nullptr);
+  EXPECT_LE(int(impl->isa), int(active_isa()));
+  EXPECT_EQ(registry().runnable().front(), impl);
+  Case c;
+  c.T = 3, c.style = RopeStyle::kInterleaved, c.dtype = DType::kBF16;
+  EXPECT_TRUE(testutil::run_case(*impl, c).cmp.pass);
+}
+
+}  // namespace
+}  // namespace optx::rope_detail
