@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "ops/norm/norm_internal.h"
 #include "testing/rng.h"
@@ -28,33 +29,6 @@ struct Buf {
   uint16_t* h() const { return static_cast<uint16_t*>(p); }
   float* f() const { return static_cast<float*>(p); }
 };
-
-// Basic ops: one loop per op, compiled for the best ISA the CPU has (target_clones), so
-// each pass runs at memory speed like a framework's elementwise kernel.
-#define BASIC_OP __attribute__((target_clones("avx512f", "avx2", "default")))
-BASIC_OP void op_add(uint16_t* res, const uint16_t* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) res[i] = f32_to_bf16(bf16_to_f32(res[i]) + bf16_to_f32(x[i]));
-}
-BASIC_OP void op_to_f32(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
-}
-BASIC_OP void op_square(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
-}
-BASIC_OP float op_mean(const float* x, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return s / float(n);
-}
-BASIC_OP void op_scale(float* x, float s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
-}
-BASIC_OP void op_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
-}
-BASIC_OP void op_mul_w(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(w[i]));
-}
 
 // Runs fn(t) for rows t in parallel: one "kernel launch" per basic op.
 template <class Fn>
@@ -109,19 +83,20 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
   bench::Record b{.op = op, .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
   b.peak_bytes = double(h32.bytes + sq32.bytes + hb.bytes + var.size() * 4);
   b.note = add ? "add, to_f32, pow, mean, *rsqrt, to_bf16, *w" : "to_f32, pow, mean, *rsqrt, to_bf16, *w";
+  namespace bo = ::optx::bench::basic;
   auto t_basic = ctx.time_it([&] {
     const int s = set++ % kSets;
     const uint16_t* src = x[s]->h();
     if (add) {
-      rows(th, T, [&](int64_t t) { op_add(res[s]->h() + t * H, x[s]->h() + t * H, H); });
+      rows(th, T, [&](int64_t t) { bo::add_bf16(res[s]->h() + t * H, x[s]->h() + t * H, res[s]->h() + t * H, H); });
       src = res[s]->h();
     }
-    rows(th, T, [&](int64_t t) { op_to_f32(src + t * H, h32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { op_square(h32.f() + t * H, sq32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { var[size_t(t)] = op_mean(sq32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { op_scale(h32.f() + t * H, 1.0f / std::sqrt(var[size_t(t)] + eps), H); });
-    rows(th, T, [&](int64_t t) { op_to_bf16(h32.f() + t * H, hb.h() + t * H, H); });
-    rows(th, T, [&](int64_t t) { op_mul_w(hb.h() + t * H, w.data(), out[s]->h() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::bf16_to_f32_op(src + t * H, h32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::square_f32(h32.f() + t * H, sq32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { var[size_t(t)] = bo::mean_f32(sq32.f() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::scale_f32(h32.f() + t * H, 1.0f / std::sqrt(var[size_t(t)] + eps), H); });
+    rows(th, T, [&](int64_t t) { bo::f32_to_bf16_op(h32.f() + t * H, hb.h() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::mul_bf16(hb.h() + t * H, w.data(), out[s]->h() + t * H, H); });
   });
   // Same useful bytes as optx, so GB/s compare directly (basic really moves ~5x more).
   ctx.add(b, t_basic, 0, bytes);

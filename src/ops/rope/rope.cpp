@@ -70,6 +70,35 @@ Status check_positions(const char* op, const TensorView& positions, int64_t T, i
   return Status::Ok();
 }
 
+Status table_args(const char* op, const TensorView& positions, const TensorView& cos, const TensorView& sin,
+                  int64_t rd, RopeStyle style, int64_t T, Args* a) {
+  if (rd < 2 || rd % 2 || rd > kMaxRotaryDim)
+    return Error(StatusCode::kInvalidArgument, op, ": rotary_dim=", rd, " must be even and in [2, ", kMaxRotaryDim, "]");
+  if (style != RopeStyle::kHalf && style != RopeStyle::kInterleaved && style != RopeStyle::kInterleavedToHalf)
+    return Error(StatusCode::kInvalidArgument, op, ": style=", int(style), " is not a RopeStyle");
+  for (const auto* t : {&cos, &sin}) {
+    const char* name = t == &cos ? "cos" : "sin";
+    if (t->rank != 2 || t->sizes[1] != rd / 2 || t->dtype != DType::kF32)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be f32 [P, rotary_dim/2=", rd / 2, "], got rank ", t->rank,
+                   " sizes[1]=", t->rank > 1 ? t->sizes[1] : -1, " dtype ", dtype_name(t->dtype));
+    if (t->strides[1] != 1 || t->strides[0] < rd / 2)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, " rows must be contiguous (strides [>= ", rd / 2, ", 1])");
+    if (!t->data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  }
+  if (cos.sizes[0] != sin.sizes[0] || cos.strides[0] != sin.strides[0])
+    return Error(StatusCode::kInvalidArgument, op, ": cos and sin must have the same shape and strides");
+  OPTX_RETURN_IF_ERROR(check_positions(op, positions, T, cos.sizes[0]));
+  a->T = T;
+  a->positions = positions.data;
+  a->pos64 = positions.dtype == DType::kI64;
+  a->cos = static_cast<const float*>(cos.data);
+  a->sin = static_cast<const float*>(sin.data);
+  a->cs_stride = cos.strides[0];
+  a->rotary_dim = rd;
+  a->style = style;
+  return Status::Ok();
+}
+
 Status to_args(const RopeParams& p, Args* a) {
   const TensorView& first = p.q.empty() ? p.k : p.q;
   if (first.empty()) return Error(StatusCode::kInvalidArgument, kOp, ": q and k are both empty");
@@ -79,35 +108,12 @@ Status to_args(const RopeParams& p, Args* a) {
   const int64_t T = first.sizes[0];
   const int64_t D = first.rank == 3 ? first.sizes[2] : 0;
   const int64_t rd = p.rotary_dim == 0 ? D : p.rotary_dim;
-  if (rd < 2 || rd % 2 || rd > kMaxRotaryDim)
-    return Error(StatusCode::kInvalidArgument, kOp, ": rotary_dim=", rd, " must be even and in [2, ", kMaxRotaryDim, "]");
   if (p.rotary_offset < 0) return Error(StatusCode::kInvalidArgument, kOp, ": rotary_offset=", p.rotary_offset, " is negative");
-  for (const auto* t : {&p.cos, &p.sin}) {
-    const char* name = t == &p.cos ? "cos" : "sin";
-    if (t->rank != 2 || t->sizes[1] != rd / 2 || t->dtype != DType::kF32)
-      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, " must be f32 [P, rotary_dim/2=", rd / 2, "], got rank ", t->rank,
-                   " sizes[1]=", t->rank > 1 ? t->sizes[1] : -1, " dtype ", dtype_name(t->dtype));
-    if (t->strides[1] != 1 || t->strides[0] < rd / 2)
-      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, " rows must be contiguous (strides [>= ", rd / 2, ", 1])");
-    if (!t->data) return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".data is null");
-  }
-  if (p.cos.sizes[0] != p.sin.sizes[0] || p.cos.strides[0] != p.sin.strides[0])
-    return Error(StatusCode::kInvalidArgument, kOp, ": cos and sin must have the same shape and strides");
-  a->T = T;
+  OPTX_RETURN_IF_ERROR(table_args(kOp, p.positions, p.cos, p.sin, rd, p.style, T, a));
   a->bf16 = first.dtype == DType::kBF16;
   OPTX_RETURN_IF_ERROR(head_set(p.q, "q", T, first.dtype, rd, p.rotary_offset, &a->q));
   OPTX_RETURN_IF_ERROR(head_set(p.k, "k", T, first.dtype, rd, p.rotary_offset, &a->k));
-  OPTX_RETURN_IF_ERROR(check_positions(kOp, p.positions, T, p.cos.sizes[0]));
-  a->positions = p.positions.data;
-  a->pos64 = p.positions.dtype == DType::kI64;
-  a->cos = static_cast<const float*>(p.cos.data);
-  a->sin = static_cast<const float*>(p.sin.data);
-  a->cs_stride = p.cos.strides[0];
-  a->rotary_dim = rd;
   a->rotary_offset = p.rotary_offset;
-  a->style = p.style;
-  if (p.style != RopeStyle::kHalf && p.style != RopeStyle::kInterleaved && p.style != RopeStyle::kInterleavedToHalf)
-    return Error(StatusCode::kInvalidArgument, kOp, ": style=", int(p.style), " is not a RopeStyle");
   return Status::Ok();
 }
 

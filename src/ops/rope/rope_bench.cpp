@@ -7,28 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "ops/rope/rope_internal.h"
 #include "testing/rng.h"
 
 namespace optx::rope_detail {
 namespace {
-
-#define BASIC_OP __attribute__((target_clones("avx512f", "avx2", "default")))
-BASIC_OP void op_rotate_half(const uint16_t* x, uint16_t* y, int64_t d) {
-  const int64_t h = d / 2;
-  for (int64_t i = 0; i < h; ++i) y[i] = uint16_t(x[h + i] ^ 0x8000u);  // -x2 (sign flip is exact)
-  for (int64_t i = 0; i < h; ++i) y[h + i] = x[i];
-}
-BASIC_OP void op_mul(const uint16_t* x, const float* c, uint16_t* y, int64_t d) {
-  for (int64_t i = 0; i < d; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * c[i]);
-}
-BASIC_OP void op_add(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t d) {
-  for (int64_t i = 0; i < d; ++i) y[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
-}
-BASIC_OP void op_gather(const float* table, int64_t half, float* row) {
-  for (int64_t i = 0; i < half; ++i) row[i] = row[half + i] = table[i];
-}
 
 void bench_rope(bench::Context& ctx) {
   const int64_t T = 4096, Hq = 32, Hk = 8, D = 128, H = Hq + Hk;
@@ -66,17 +51,17 @@ void bench_rope(bench::Context& ctx) {
     uint16_t* xs = x[size_t(set++ % kSets)].data();
 #pragma omp parallel for num_threads(th)
     for (int64_t t = 0; t < T; ++t) {
-      op_gather(ct + pos[size_t(t)] * (D / 2), D / 2, cosr.data() + t * D);
-      op_gather(st + pos[size_t(t)] * (D / 2), D / 2, sinr.data() + t * D);
+      bench::basic::gather_cos_row(ct + pos[size_t(t)] * (D / 2), D / 2, cosr.data() + t * D);
+      bench::basic::gather_cos_row(st + pos[size_t(t)] * (D / 2), D / 2, sinr.data() + t * D);
     }
 #pragma omp parallel for num_threads(th)
-    for (int64_t r_ = 0; r_ < T * H; ++r_) op_rotate_half(xs + r_ * D, rh.data() + r_ * D, D);
+    for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::rotate_half_bf16(xs + r_ * D, rh.data() + r_ * D, D);
 #pragma omp parallel for num_threads(th)
-    for (int64_t r_ = 0; r_ < T * H; ++r_) op_mul(xs + r_ * D, cosr.data() + (r_ / H) * D, a.data() + r_ * D, D);
+    for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::mul_bf16_f32(xs + r_ * D, cosr.data() + (r_ / H) * D, a.data() + r_ * D, D);
 #pragma omp parallel for num_threads(th)
-    for (int64_t r_ = 0; r_ < T * H; ++r_) op_mul(rh.data() + r_ * D, sinr.data() + (r_ / H) * D, b.data() + r_ * D, D);
+    for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::mul_bf16_f32(rh.data() + r_ * D, sinr.data() + (r_ / H) * D, b.data() + r_ * D, D);
 #pragma omp parallel for num_threads(th)
-    for (int64_t r_ = 0; r_ < T * H; ++r_) op_add(a.data() + r_ * D, b.data() + r_ * D, xs + r_ * D, D);
+    for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::add_bf16(a.data() + r_ * D, b.data() + r_ * D, xs + r_ * D, D);
   }),
           0, bytes);
 }

@@ -47,5 +47,9 @@ const Kernels& kernels_avx512();
 
 // Checks positions lie in [0, P): names the first bad index. Shared with fused ops.
 Status check_positions(const char* op, const TensorView& positions, int64_t T, int64_t P);
+// Validates positions, cos / sin tables, rotary_dim and style for `op`, filling the table
+// part of Args (T, positions, cos, sin, cs_stride, rotary_dim, style).
+Status table_args(const char* op, const TensorView& positions, const TensorView& cos, const TensorView& sin,
+                  int64_t rotary_dim, RopeStyle style, int64_t T, Args* a);
 
 }  // namespace optx::rope_detail

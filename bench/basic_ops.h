@@ -1,0 +1,61 @@
+// "Basic ops" for the bench's `basic` rows: the elementwise and reduction kernels an eager
+// framework launches one at a time (each a full pass over its operands, intermediates
+// materialised). Each loop is compiled for the best ISA the CPU has (target_clones), so a
+// pass runs at memory speed and a ratio against it measures fusion, not vectorisation.
+// Callers preallocate every intermediate outside the timed region.
+#pragma once
+
+#include <cstdint>
+
+#include "optx/tensor.h"
+
+namespace optx::bench::basic {
+
+#define OPTX_BASIC_OP [[gnu::target_clones("avx512f", "avx2", "default")]] static inline
+
+OPTX_BASIC_OP void add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+OPTX_BASIC_OP void bf16_to_f32_op(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+OPTX_BASIC_OP void f32_to_bf16_op(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+OPTX_BASIC_OP void square_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+}
+OPTX_BASIC_OP float mean_f32(const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s / float(n);
+}
+OPTX_BASIC_OP void scale_f32(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+// y = x * w elementwise (w broadcast over rows by the caller).
+OPTX_BASIC_OP void mul_bf16(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(w[i]));
+}
+OPTX_BASIC_OP void mul_bf16_f32(const uint16_t* x, const float* c, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * c[i]);
+}
+// rotate_half: [-x2, x1] (negation is a sign flip, exact).
+OPTX_BASIC_OP void rotate_half_bf16(const uint16_t* x, uint16_t* y, int64_t d) {
+  const int64_t h = d / 2;
+  for (int64_t i = 0; i < h; ++i) y[i] = uint16_t(x[h + i] ^ 0x8000u);
+  for (int64_t i = 0; i < h; ++i) y[h + i] = x[i];
+}
+// HF's cos/sin rows: the table row [d/2] repeated twice -> [d].
+OPTX_BASIC_OP void gather_cos_row(const float* table, int64_t half, float* row) {
+  for (int64_t i = 0; i < half; ++i) row[i] = row[half + i] = table[i];
+}
+// De-interleave (HF DeepSeek's view/transpose of the rope dims): [x0 x2 ... | x1 x3 ...].
+OPTX_BASIC_OP void deinterleave_bf16(const uint16_t* x, uint16_t* y, int64_t d) {
+  const int64_t h = d / 2;
+  for (int64_t i = 0; i < h; ++i) y[i] = x[2 * i], y[h + i] = x[2 * i + 1];
+}
+
+#undef OPTX_BASIC_OP
+
+}  // namespace optx::bench::basic

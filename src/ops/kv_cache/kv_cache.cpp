@@ -1,0 +1,408 @@
+// kv_cache_write, gather_pa_kv_cache, kv_rms_norm_rope_cache, qkv_rope_cache:
+// validate (every slot, block id and position is checked before anything is written, so a
+// bad index can never write outside the cache) -> dispatch -> tokens split across threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <cstring>
+#include <string>
+
+#include "core/log.h"
+#include "ops/kv_cache/kv_cache_internal.h"
+
+namespace optx {
+namespace kv_detail {
+
+template <class T>
+void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
+  auto f = [](T v) { return std::is_same_v<T, float> ? float(v) : bf16_to_f32(uint16_t(v)); };
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(f(x[i])));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(f(x[i]) * inv);  // current rounding mode: nearest even
+    q[i] = int8_t(std::clamp(r, -127.0f, 127.0f));
+  }
+  *scale = amax / 127.0f;
+}
+template void quantize_row_i8<float>(const float*, int64_t, int8_t*, float*);
+template void quantize_row_i8<uint16_t>(const uint16_t*, int64_t, int8_t*, float*);
+
+namespace {
+
+Status check_rows(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols) {
+  if (t.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " but must be 2");
+  if ((rows >= 0 && t.sizes[0] != rows) || t.sizes[1] != cols)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes=[", t.sizes[0], ", ", t.sizes[1], "] but must be [",
+                 rows >= 0 ? std::to_string(rows) : std::string("num_slots"), ", ", cols, "]");
+  if (t.strides[0] < 0 || t.strides[1] < 0)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " has a negative stride");
+  if (cols > 1 && t.strides[1] != 1)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[1]=", t.strides[1], " but must be 1");
+  if (t.sizes[0] > 1 && t.strides[0] < cols)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[0]=", t.strides[0], " but must be >= ", cols);
+  if (t.sizes[0] > 0 && cols > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
+}
+
+Status check_slots(const char* op, const TensorView& s, int64_t T, int64_t num_slots) {
+  if (s.rank != 1 || s.sizes[0] != T)
+    return Error(StatusCode::kInvalidArgument, op, ": slots must be [T=", T, "], got rank ", s.rank, " sizes[0]=", s.sizes[0]);
+  if (s.dtype != DType::kI32 && s.dtype != DType::kI64)
+    return Error(StatusCode::kInvalidArgument, op, ": slots.dtype=", dtype_name(s.dtype), " but must be i32 or i64");
+  if (T > 1 && s.strides[0] != 1) return Error(StatusCode::kInvalidArgument, op, ": slots.strides[0]=", s.strides[0], " but must be 1");
+  if (T > 0 && !s.data) return Error(StatusCode::kInvalidArgument, op, ": slots.data is null");
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t v = load_index(s.data, s.dtype == DType::kI64, t);
+    if (v < -1 || v >= num_slots)
+      return Error(StatusCode::kInvalidArgument, op, ": slots[", t, "]=", v, " is outside [-1, ", num_slots, ")");
+  }
+  return Status::Ok();
+}
+
+Plane plane(const TensorView& t) { return {t.data, t.strides[0], t.dtype, nullptr}; }
+
+Status check_cache_scales(const char* op, const TensorView& cache, const TensorView& scales, const char* name,
+                          float** out) {
+  if (cache.dtype != DType::kI8) {
+    if (!scales.empty())
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, " given but the cache is ", dtype_name(cache.dtype));
+    return Status::Ok();
+  }
+  if (scales.rank != 1 || scales.sizes[0] != cache.sizes[0] || scales.dtype != DType::kF32 || !scales.data ||
+      (scales.sizes[0] > 1 && scales.strides[0] != 1))
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous f32 [num_slots=", cache.sizes[0],
+                 "] for an i8 cache");
+  *out = static_cast<float*>(scales.data);
+  return Status::Ok();
+}
+
+template <class A, void (*Kernels::*Member)(const A&, int64_t), const Kernels& (*K)()>
+Status run_tokens(const A& a) {
+  const auto fn = K().*Member;
+  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < a.T; ++t) fn(a, t);
+  return Status::Ok();
+}
+
+void write_one(const Plane& src, const Plane& dst, int64_t t, int64_t slot, int64_t row) {
+  if (!src.base) return;
+  const uint8_t* s = static_cast<const uint8_t*>(src.base) + size_t(t * src.ld) * dtype_size(src.dtype);
+  uint8_t* d = static_cast<uint8_t*>(dst.base) + size_t(slot * dst.ld) * dtype_size(dst.dtype);
+  if (dst.dtype == src.dtype) {
+    std::memcpy(d, s, size_t(row) * dtype_size(src.dtype));
+  } else if (src.dtype == DType::kF32) {
+    quantize_row_i8(reinterpret_cast<const float*>(s), row, reinterpret_cast<int8_t*>(d), dst.scales + slot);
+  } else {
+    quantize_row_i8(reinterpret_cast<const uint16_t*>(s), row, reinterpret_cast<int8_t*>(d), dst.scales + slot);
+  }
+}
+
+Status write_run(const WriteArgs& a) {
+  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < a.T; ++t) {
+    const int64_t slot = a.slot(t);
+    if (slot < 0) continue;
+    write_one(a.k, a.k_cache, t, slot, a.row);
+    write_one(a.v, a.v_cache, t, slot, a.row);
+  }
+  return Status::Ok();
+}
+
+// Threads take equal contiguous ranges of output rows; each finds its first sequence by a
+// scan of seq_lens (O(B), no allocation), then walks rows and sequences in order.
+void gather_rows(const GatherArgs& a, int64_t r0, int64_t r1) {
+  int64_t b = 0, start = 0;
+  while (b < a.B && start + a.seq_lens[b] <= r0) start += a.seq_lens[b++];
+  for (int64_t r = r0; r < r1; ++r) {
+    while (r - start >= a.seq_lens[b]) start += a.seq_lens[b++];
+    const int64_t p = r - start;
+    const int64_t slot = int64_t(a.block_tables[b * a.max_blocks + p / a.block_size]) * a.block_size + p % a.block_size;
+    for (const auto* pl : {&a.k_cache, &a.v_cache}) {
+      if (!pl->base) continue;
+      const Plane& out = pl == &a.k_cache ? a.k_out : a.v_out;
+      const size_t es = dtype_size(pl->dtype);
+      std::memcpy(static_cast<uint8_t*>(out.base) + size_t(r * out.ld) * es,
+                  static_cast<const uint8_t*>(pl->base) + size_t(slot * pl->ld) * es, size_t(a.row) * es);
+      if (pl->scales) out.scales[r] = pl->scales[slot];
+    }
+  }
+}
+
+Status gather_run(const GatherArgs& a) {
+  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.total)));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    gather_rows(a, a.total * t / n, a.total * (t + 1) / n);
+  }
+  return Status::Ok();
+}
+
+std::string write_selected() { return write_registry().selected_name(); }
+std::string gather_selected() { return gather_registry().selected_name(); }
+std::string mla_selected() { return mla_registry().selected_name(); }
+std::string qkv_selected() { return qkv_registry().selected_name(); }
+[[maybe_unused]] const bool registered = [] {
+  dispatch::register_op("kv_cache_write", write_selected);
+  dispatch::register_op("gather_pa_kv_cache", gather_selected);
+  dispatch::register_op("kv_rms_norm_rope_cache", mla_selected);
+  dispatch::register_op("qkv_rope_cache", qkv_selected);
+  return true;
+}();
+
+template <class Fn, class P, class A>
+Status run(const dispatch::Registry<Fn>& reg, const P& p) {
+  A a;
+  OPTX_RETURN_IF_ERROR(to_args(p, &a));
+  const dispatch::Impl<Fn>* impl = nullptr;
+  OPTX_RETURN_IF_ERROR(reg.select(&impl));
+  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  return impl->fn(a);
+}
+
+}  // namespace
+
+// ---- validation -----------------------------------------------------------------------------
+Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
+  constexpr const char* op = "kv_cache_write";
+  if (p.k.empty() && p.v.empty()) return Error(StatusCode::kInvalidArgument, op, ": k and v are both empty");
+  const TensorView& first = p.k.empty() ? p.v : p.k;
+  if (first.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": k.rank=", first.rank, " but must be 2 ([T, row])");
+  if (first.dtype != DType::kF32 && first.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": k.dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
+  const int64_t T = first.sizes[0], row = first.sizes[1];
+  a->T = T;
+  a->row = row;
+  for (int w = 0; w < 2; ++w) {
+    const TensorView& src = w ? p.v : p.k;
+    const TensorView& cache = w ? p.v_cache : p.k_cache;
+    const char* sn = w ? "v" : "k";
+    const char* cn = w ? "v_cache" : "k_cache";
+    if (src.empty()) {
+      if (!cache.empty()) return Error(StatusCode::kInvalidArgument, op, ": ", cn, " given without ", sn);
+      continue;
+    }
+    OPTX_RETURN_IF_ERROR(check_rows(op, src, sn, T, row));
+    if (src.dtype != first.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": ", sn, ".dtype=", dtype_name(src.dtype), " but k.dtype=", dtype_name(first.dtype));
+    OPTX_RETURN_IF_ERROR(check_rows(op, cache, cn, -1, row));
+    if (cache.dtype != src.dtype && cache.dtype != DType::kI8)
+      return Error(StatusCode::kInvalidArgument, op, ": ", cn, ".dtype=", dtype_name(cache.dtype), " must be ",
+                   dtype_name(src.dtype), " or i8");
+    Plane& s = w ? a->v : a->k;
+    Plane& c = w ? a->v_cache : a->k_cache;
+    s = plane(src);
+    c = plane(cache);
+    OPTX_RETURN_IF_ERROR(check_cache_scales(op, cache, w ? p.v_scales : p.k_scales, w ? "v_scales" : "k_scales", &c.scales));
+  }
+  const int64_t num_slots = p.k_cache.empty() ? p.v_cache.sizes[0] : p.k_cache.sizes[0];
+  if (!p.k_cache.empty() && !p.v_cache.empty() && p.v_cache.sizes[0] != num_slots)
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache has ", num_slots, " slots but v_cache ", p.v_cache.sizes[0]);
+  OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, num_slots));
+  a->slots = p.slots.data;
+  a->slots64 = p.slots.dtype == DType::kI64;
+  return Status::Ok();
+}
+
+Status to_args(const GatherKvParams& p, GatherArgs* a) {
+  constexpr const char* op = "gather_pa_kv_cache";
+  const TensorView& bt = p.block_tables;
+  const TensorView& sl = p.seq_lens;
+  if (bt.rank != 2 || bt.dtype != DType::kI32 || (bt.sizes[1] > 1 && bt.strides[1] != 1) || bt.strides[0] < bt.sizes[1])
+    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B, max_blocks] with contiguous rows");
+  const int64_t B = bt.sizes[0];
+  if (sl.rank != 1 || sl.sizes[0] != B || sl.dtype != DType::kI32 || (B > 1 && sl.strides[0] != 1))
+    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "]");
+  if (B > 0 && (!bt.data || !sl.data)) return Error(StatusCode::kInvalidArgument, op, ": block_tables or seq_lens data is null");
+  if (p.block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", p.block_size, " must be >= 1");
+  if (p.k_cache.empty() && p.v_cache.empty()) return Error(StatusCode::kInvalidArgument, op, ": k_cache and v_cache are both empty");
+  const TensorView& first = p.k_cache.empty() ? p.v_cache : p.k_cache;
+  if (first.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": k_cache.rank=", first.rank, " but must be 2");
+  const int64_t num_slots = first.sizes[0], row = first.sizes[1];
+  if (num_slots % p.block_size)
+    return Error(StatusCode::kInvalidArgument, op, ": cache has ", num_slots, " slots, not a multiple of block_size=", p.block_size);
+  const int64_t num_blocks = num_slots / p.block_size, max_blocks = bt.sizes[1];
+  const int32_t* lens = static_cast<const int32_t*>(sl.data);
+  const int32_t* tables = static_cast<const int32_t*>(bt.data);
+  int64_t total = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (lens[b] < 0 || lens[b] > max_blocks * p.block_size)
+      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", lens[b], " is outside [0, max_blocks * block_size = ",
+                   max_blocks * p.block_size, "]");
+    for (int64_t j = 0; j * p.block_size < lens[b]; ++j) {
+      const int32_t id = tables[b * bt.strides[0] + j];
+      if (id < 0 || id >= num_blocks)
+        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
+    }
+    total += lens[b];
+  }
+  a->B = B;
+  a->row = row;
+  a->block_size = p.block_size;
+  a->max_blocks = bt.strides[0];
+  a->total = total;
+  a->block_tables = tables;
+  a->seq_lens = lens;
+  for (int w = 0; w < 2; ++w) {
+    const TensorView& cache = w ? p.v_cache : p.k_cache;
+    const TensorView& out = w ? p.v_out : p.k_out;
+    const char* cn = w ? "v_cache" : "k_cache";
+    const char* on = w ? "v_out" : "k_out";
+    if (cache.empty()) {
+      if (!out.empty()) return Error(StatusCode::kInvalidArgument, op, ": ", on, " given without ", cn);
+      continue;
+    }
+    OPTX_RETURN_IF_ERROR(check_rows(op, cache, cn, num_slots, row));
+    OPTX_RETURN_IF_ERROR(check_rows(op, out, on, total, row));
+    if (out.dtype != cache.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": ", on, ".dtype=", dtype_name(out.dtype), " but ", cn, ".dtype=",
+                   dtype_name(cache.dtype));
+    Plane& c = w ? a->v_cache : a->k_cache;
+    Plane& o = w ? a->v_out : a->k_out;
+    c = plane(cache);
+    o = plane(out);
+    OPTX_RETURN_IF_ERROR(check_cache_scales(op, cache, w ? p.v_scales : p.k_scales, w ? "v_scales" : "k_scales", &c.scales));
+    if (cache.dtype == DType::kI8) {
+      const TensorView& so = w ? p.v_scales_out : p.k_scales_out;
+      if (so.rank != 1 || so.sizes[0] != total || so.dtype != DType::kF32 || !so.data || (total > 1 && so.strides[0] != 1))
+        return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales_out" : "k_scales_out",
+                     " must be contiguous f32 [", total, "] for an i8 cache");
+      o.scales = static_cast<float*>(so.data);
+    }
+  }
+  return Status::Ok();
+}
+
+Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
+  constexpr const char* op = "kv_rms_norm_rope_cache";
+  const TensorView& kv = p.kv;
+  if (kv.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": kv.rank=", kv.rank, " but must be 2");
+  if (kv.dtype != DType::kF32 && kv.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": kv.dtype=", dtype_name(kv.dtype), " but must be f32 or bf16");
+  const int64_t T = kv.sizes[0], width = kv.sizes[1], rank = p.kv_lora_rank, rd = width - rank;
+  if (rank < 1 || rd < 2)
+    return Error(StatusCode::kInvalidArgument, op, ": kv.sizes[1]=", width, " must be kv_lora_rank=", rank,
+                 " (>= 1) plus a rope part of >= 2");
+  OPTX_RETURN_IF_ERROR(check_rows(op, kv, "kv", T, width));
+  if (p.weight.rank != 1 || p.weight.sizes[0] != rank || p.weight.dtype != kv.dtype || !p.weight.data ||
+      (rank > 1 && p.weight.strides[0] != 1))
+    return Error(StatusCode::kInvalidArgument, op, ": weight must be contiguous ", dtype_name(kv.dtype), " [kv_lora_rank=", rank, "]");
+  if (!(p.eps >= 0.0f)) return Error(StatusCode::kInvalidArgument, op, ": eps=", p.eps, " must be >= 0");
+  OPTX_RETURN_IF_ERROR(check_rows(op, p.cache, "cache", -1, width));
+  if (p.cache.dtype != kv.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": cache.dtype=", dtype_name(p.cache.dtype), " but kv.dtype=", dtype_name(kv.dtype));
+  OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, p.cache.sizes[0]));
+  OPTX_RETURN_IF_ERROR(rope_detail::table_args(op, p.positions, p.cos, p.sin, rd, p.style, T, &a->rope));
+  a->T = T;
+  a->rank = rank;
+  a->rope_dim = rd;
+  a->bf16 = kv.dtype == DType::kBF16;
+  a->kv = kv.data;
+  a->ldkv = kv.strides[0];
+  a->weight = p.weight.data;
+  a->eps = p.eps;
+  a->slots = p.slots.data;
+  a->slots64 = p.slots.dtype == DType::kI64;
+  a->cache = p.cache.data;
+  a->ldc = p.cache.strides[0];
+  return Status::Ok();
+}
+
+Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
+  constexpr const char* op = "qkv_rope_cache";
+  const TensorView& x = p.qkv;
+  if (p.q_heads < 1 || p.kv_heads < 1 || p.head_dim < 2)
+    return Error(StatusCode::kInvalidArgument, op, ": q_heads=", p.q_heads, ", kv_heads=", p.kv_heads, ", head_dim=", p.head_dim,
+                 " must be >= 1, >= 1, >= 2");
+  if (x.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": qkv.rank=", x.rank, " but must be 2");
+  if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": qkv.dtype=", dtype_name(x.dtype), " but must be f32 or bf16");
+  const int64_t T = x.sizes[0], d = p.head_dim, kvw = p.kv_heads * d;
+  OPTX_RETURN_IF_ERROR(check_rows(op, x, "qkv", T, (p.q_heads + 2 * p.kv_heads) * d));
+  const int64_t rd = p.rotary_dim == 0 ? d : p.rotary_dim;
+  if (rd > d) return Error(StatusCode::kInvalidArgument, op, ": rotary_dim=", rd, " exceeds head_dim=", d);
+  OPTX_RETURN_IF_ERROR(rope_detail::table_args(op, p.positions, p.cos, p.sin, rd, p.style, T, &a->rope));
+  const TensorView& q = p.q_out;
+  if (q.rank != 3 || q.sizes[0] != T || q.sizes[1] != p.q_heads || q.sizes[2] != d || q.dtype != x.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": q_out must be ", dtype_name(x.dtype), " [T=", T, ", q_heads=", p.q_heads,
+                 ", head_dim=", d, "]");
+  if (q.strides[2] != 1 || q.strides[1] < d || q.strides[0] < 0 || (T > 0 && !q.data))
+    return Error(StatusCode::kInvalidArgument, op, ": q_out needs contiguous heads (strides [*, >= ", d, ", 1]) and data");
+  for (int w = 0; w < 2; ++w) {
+    const TensorView& c = w ? p.v_cache : p.k_cache;
+    const char* cn = w ? "v_cache" : "k_cache";
+    OPTX_RETURN_IF_ERROR(check_rows(op, c, cn, -1, kvw));
+    if (c.dtype != x.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": ", cn, ".dtype=", dtype_name(c.dtype), " but qkv.dtype=", dtype_name(x.dtype));
+  }
+  if (p.k_cache.sizes[0] != p.v_cache.sizes[0])
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache has ", p.k_cache.sizes[0], " slots but v_cache ", p.v_cache.sizes[0]);
+  OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, p.k_cache.sizes[0]));
+  a->T = T;
+  a->hq = p.q_heads;
+  a->hkv = p.kv_heads;
+  a->d = d;
+  a->bf16 = x.dtype == DType::kBF16;
+  a->qkv = x.data;
+  a->ldqkv = x.strides[0];
+  a->slots = p.slots.data;
+  a->slots64 = p.slots.dtype == DType::kI64;
+  a->k_cache = p.k_cache.data;
+  a->v_cache = p.v_cache.data;
+  a->ldk = p.k_cache.strides[0];
+  a->ldv = p.v_cache.strides[0];
+  a->q_out = q.data;
+  a->ldq_t = q.strides[0];
+  a->ldq_h = q.strides[1];
+  return Status::Ok();
+}
+
+// ---- registries ------------------------------------------------------------------------------
+const dispatch::Registry<WriteFn>& write_registry() {
+  static const dispatch::Registry<WriteFn> r("kv_cache_write", {{"generic", Isa::kScalar, write_run},
+                                                                 {"reference", Isa::kScalar, write_reference}});
+  return r;
+}
+const dispatch::Registry<GatherFn>& gather_registry() {
+  static const dispatch::Registry<GatherFn> r("gather_pa_kv_cache", {{"generic", Isa::kScalar, gather_run},
+                                                                      {"reference", Isa::kScalar, gather_reference}});
+  return r;
+}
+const dispatch::Registry<MlaFn>& mla_registry() {
+  static const dispatch::Registry<MlaFn> r(
+      "kv_rms_norm_rope_cache", {{"avx512", Isa::kAvx512, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512>},
+                                 {"avx2", Isa::kAvx2, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx2>},
+                                 {"scalar", Isa::kScalar, run_tokens<MlaArgs, &Kernels::mla_token, kernels_scalar>},
+                                 {"reference", Isa::kScalar, mla_reference}});
+  return r;
+}
+const dispatch::Registry<QkvFn>& qkv_registry() {
+  static const dispatch::Registry<QkvFn> r(
+      "qkv_rope_cache", {{"avx512", Isa::kAvx512, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512>},
+                         {"avx2", Isa::kAvx2, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx2>},
+                         {"scalar", Isa::kScalar, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_scalar>},
+                         {"reference", Isa::kScalar, qkv_reference}});
+  return r;
+}
+
+}  // namespace kv_detail
+
+Status kv_cache_write(const KvCacheWriteParams& p, Workspace) {
+  return kv_detail::run<kv_detail::WriteFn, KvCacheWriteParams, kv_detail::WriteArgs>(kv_detail::write_registry(), p);
+}
+Status gather_pa_kv_cache(const GatherKvParams& p, Workspace) {
+  return kv_detail::run<kv_detail::GatherFn, GatherKvParams, kv_detail::GatherArgs>(kv_detail::gather_registry(), p);
+}
+Status kv_rms_norm_rope_cache(const KvRmsNormRopeCacheParams& p, Workspace) {
+  return kv_detail::run<kv_detail::MlaFn, KvRmsNormRopeCacheParams, kv_detail::MlaArgs>(kv_detail::mla_registry(), p);
+}
+Status qkv_rope_cache(const QkvRopeCacheParams& p, Workspace) {
+  return kv_detail::run<kv_detail::QkvFn, QkvRopeCacheParams, kv_detail::QkvArgs>(kv_detail::qkv_registry(), p);
+}
+
+}  // namespace optx

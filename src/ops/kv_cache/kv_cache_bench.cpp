@@ -1,0 +1,163 @@
+// `optx bench` rows for the cache-write family.
+//
+// kv_rms_norm_rope_cache, bf16, T = 4096 tokens of [512 | 64] (DeepSeek MLA), into random
+// slots of a 128 Ki-slot pool: optx against `basic`, the eager composition (norm as to_f32,
+// pow, mean, * rsqrt, to_bf16, * w; rope as HF does it: de-interleave, gather cos/sin,
+// rotate_half, two products, add; then cat and index_copy into the cache). Bytes counted:
+// read kv, write the cache rows. Inputs rotate over 32 sets so the working set (inputs +
+// pool) is > 256 MiB.
+// qkv_rope_cache, bf16, T = 4096, 32 q heads / 8 kv heads of 128: bytes = read qkv, write
+// q_out and the k / v cache rows.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/basic_ops.h"
+#include "bench/bench.h"
+#include "ops/kv_cache/kv_cache_internal.h"
+#include "testing/rng.h"
+
+namespace optx::kv_detail {
+namespace {
+
+namespace bo = ::optx::bench::basic;
+
+std::vector<int32_t> random_slots(int64_t T, int64_t num_slots, testing::Rng& rng) {
+  std::vector<int32_t> s(static_cast<size_t>(T));
+  const int64_t stride = num_slots / T;  // distinct: one per stride window
+  for (int64_t t = 0; t < T; ++t) s[size_t(t)] = int32_t(t * stride + rng.below(stride));
+  for (int64_t t = T - 1; t > 0; --t) std::swap(s[size_t(t)], s[size_t(rng.below(t + 1))]);
+  return s;
+}
+
+void bench_mla(bench::Context& ctx) {
+  const int64_t T = 4096, R = 512, RD = 64, W = R + RD, S = 128 * 1024;
+  constexpr int kSets = 32;
+  testing::Rng rng(17);
+  KvBlockPool pool;
+  (void)KvBlockPool::create({.num_blocks = S / 64, .block_size = 64, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool);
+  RopeTable table;
+  (void)RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table);
+  std::vector<std::vector<uint16_t>> kv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<std::vector<int32_t>> slots;
+  for (auto& v : kv) {
+    testing::fill_bf16(v.data(), T * W, rng, -2, 2);
+    slots.push_back(random_slots(T, S, rng));
+  }
+  std::vector<uint16_t> w(static_cast<size_t>(R));
+  testing::fill_bf16(w.data(), R, rng, 0.5f, 1.5f);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+  const double bytes = 2.0 * double(T * W) * 2;
+  const std::string cs = "dtype=bf16 T=4096 H=576";
+  int set = 0;
+  bench::Record r{.op = "kv_rms_norm_rope_cache", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = selected_impl("kv_rms_norm_rope_cache");
+  ctx.add(r, ctx.time_it([&] {
+    const size_t s = size_t(set++ % kSets);
+    (void)kv_rms_norm_rope_cache({.kv = make_view(kv[s].data(), DType::kBF16, {T, W}), .weight = make_view(w.data(), DType::kBF16, {R}),
+                                  .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
+                                  .slots = make_view(slots[s].data(), DType::kI32, {T}), .cache = pool.plane(0), .kv_lora_rank = R});
+  }),
+          0, bytes);
+
+  // basic, intermediates preallocated and touched
+  std::vector<float> h32(static_cast<size_t>(T * R)), sq(h32.size()), var(static_cast<size_t>(T)), cosr(static_cast<size_t>(T * RD)),
+      sinr(cosr.size());
+  std::vector<uint16_t> hb(static_cast<size_t>(T * R)), lat(hb.size()), de(static_cast<size_t>(T * RD)), rh(de.size()), a(de.size()),
+      b(de.size()), kr(de.size()), cat(static_cast<size_t>(T * W));
+  const int th = ctx.threads;
+  bench::Record bb{.op = "kv_rms_norm_rope_cache", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  bb.peak_bytes = double((h32.size() + sq.size() + cosr.size() + sinr.size()) * 4 +
+                         (hb.size() + lat.size() + 5 * de.size() + cat.size()) * 2);
+  bb.note = "norm: 6 ops; rope: deinterleave, gather, rotate_half, 2 mul, add; cat; index_copy";
+  uint16_t* cache = static_cast<uint16_t*>(pool.plane(0).data);
+  const float* ct = static_cast<const float*>(table.cos().data);
+  const float* st = static_cast<const float*>(table.sin().data);
+  ctx.add(bb, ctx.time_it([&] {
+    const size_t s = size_t(set++ % kSets);
+    const uint16_t* x = kv[s].data();
+#define ROWS for (int64_t t = 0; t < T; ++t)
+#pragma omp parallel for num_threads(th)
+    ROWS bo::bf16_to_f32_op(x + t * W, h32.data() + t * R, R);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::square_f32(h32.data() + t * R, sq.data() + t * R, R);
+#pragma omp parallel for num_threads(th)
+    ROWS var[size_t(t)] = bo::mean_f32(sq.data() + t * R, R);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::scale_f32(h32.data() + t * R, 1.0f / std::sqrt(var[size_t(t)] + 1e-6f), R);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::f32_to_bf16_op(h32.data() + t * R, hb.data() + t * R, R);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::mul_bf16(hb.data() + t * R, w.data(), lat.data() + t * R, R);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::deinterleave_bf16(x + t * W + R, de.data() + t * RD, RD);
+#pragma omp parallel for num_threads(th)
+    ROWS {
+      bo::gather_cos_row(ct + pos[size_t(t)] * (RD / 2), RD / 2, cosr.data() + t * RD);
+      bo::gather_cos_row(st + pos[size_t(t)] * (RD / 2), RD / 2, sinr.data() + t * RD);
+    }
+#pragma omp parallel for num_threads(th)
+    ROWS bo::rotate_half_bf16(de.data() + t * RD, rh.data() + t * RD, RD);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::mul_bf16_f32(de.data() + t * RD, cosr.data() + t * RD, a.data() + t * RD, RD);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::mul_bf16_f32(rh.data() + t * RD, sinr.data() + t * RD, b.data() + t * RD, RD);
+#pragma omp parallel for num_threads(th)
+    ROWS bo::add_bf16(a.data() + t * RD, b.data() + t * RD, kr.data() + t * RD, RD);
+#pragma omp parallel for num_threads(th)
+    ROWS {
+      std::memcpy(cat.data() + t * W, lat.data() + t * R, size_t(R) * 2);
+      std::memcpy(cat.data() + t * W + R, kr.data() + t * RD, size_t(RD) * 2);
+    }
+#pragma omp parallel for num_threads(th)
+    ROWS std::memcpy(cache + int64_t(slots[s][size_t(t)]) * W, cat.data() + t * W, size_t(W) * 2);
+#undef ROWS
+  }),
+          0, bytes);
+}
+
+void bench_qkv(bench::Context& ctx) {
+  const int64_t T = 4096, HQ = 32, HKV = 8, D = 128, W = (HQ + 2 * HKV) * D, S = 32 * 1024;
+  constexpr int kSets = 3;
+  testing::Rng rng(23);
+  KvBlockPool pool;
+  (void)KvBlockPool::create({.num_blocks = S / 64, .block_size = 64, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool);
+  RopeTable table;
+  (void)RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table);
+  std::vector<std::vector<uint16_t>> qkv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<std::vector<int32_t>> slots;
+  for (auto& v : qkv) {
+    testing::fill_bf16(v.data(), T * W, rng, -2, 2);
+    slots.push_back(random_slots(T, S, rng));
+  }
+  std::vector<uint16_t> q(static_cast<size_t>(T * HQ * D));
+  testing::fill_bf16(q.data(), T * HQ * D, rng);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
+  const double bytes = double(T) * (W + HQ * D + 2 * HKV * D) * 2;
+  int set = 0;
+  bench::Record r{.op = "qkv_rope_cache", .case_ = "dtype=bf16 T=4096 Hq=32 Hkv=8 D=128", .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = selected_impl("qkv_rope_cache");
+  ctx.add(r, ctx.time_it([&] {
+    const size_t s = size_t(set++ % kSets);
+    (void)qkv_rope_cache({.qkv = make_view(qkv[s].data(), DType::kBF16, {T, W}), .q_heads = HQ, .kv_heads = HKV, .head_dim = D,
+                          .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
+                          .slots = make_view(slots[s].data(), DType::kI32, {T}), .k_cache = pool.plane(0), .v_cache = pool.plane(1),
+                          .q_out = make_view(q.data(), DType::kBF16, {T, HQ, D})});
+  }),
+          0, bytes);
+}
+
+void bench_kv(bench::Context& ctx) {
+  bench_mla(ctx);
+  bench_qkv(ctx);
+}
+
+OPTX_REGISTER_BENCH("kv_rms_norm_rope_cache|qkv_rope_cache", bench_kv);
+
+}  // namespace
+}  // namespace optx::kv_detail

@@ -1,0 +1,104 @@
+// Internal interface of the kv_cache family: validated per-op arguments, per-ISA token
+// kernels, registries and references.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch/registry.h"
+#include "optx/kv_cache.h"
+#include "ops/rope/rope_internal.h"
+
+namespace optx::kv_detail {
+
+inline int64_t load_index(const void* p, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
+}
+
+struct Plane {  // rows of one tensor: base + r * ld
+  void* base = nullptr;
+  int64_t ld = 0;
+  DType dtype = DType::kF32;
+  float* scales = nullptr;  // i8 caches
+};
+
+struct WriteArgs {
+  int64_t T = 0, row = 0;
+  const void* slots = nullptr;
+  bool slots64 = false;
+  Plane k, v, k_cache, v_cache;  // k/v base null when absent
+  int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
+};
+
+struct GatherArgs {
+  int64_t B = 0, row = 0, block_size = 0, max_blocks = 0, total = 0;
+  const int32_t* block_tables = nullptr;
+  const int32_t* seq_lens = nullptr;
+  Plane k_cache, v_cache, k_out, v_out;  // out scales: Plane::scales of k_out / v_out
+};
+
+struct MlaArgs {
+  int64_t T = 0, rank = 0, rope_dim = 0;
+  bool bf16 = false;
+  const void* kv = nullptr;
+  int64_t ldkv = 0;
+  const void* weight = nullptr;
+  float eps = 0;
+  rope_detail::Args rope;  // positions / tables / style; head sets unused
+  const void* slots = nullptr;
+  bool slots64 = false;
+  void* cache = nullptr;
+  int64_t ldc = 0;
+  int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
+};
+
+struct QkvArgs {
+  int64_t T = 0, hq = 0, hkv = 0, d = 0;
+  bool bf16 = false;
+  const void* qkv = nullptr;
+  int64_t ldqkv = 0;
+  rope_detail::Args rope;  // rotary_dim, style, tables, positions
+  const void* slots = nullptr;
+  bool slots64 = false;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t ldk = 0, ldv = 0;
+  void* q_out = nullptr;
+  int64_t ldq_t = 0, ldq_h = 0;
+  int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
+};
+
+// Per-ISA token kernels of the fused ops (plain cache writes and gathers are memcpy or
+// scalar quantisation, shared by every implementation).
+struct Kernels {
+  void (*mla_token)(const MlaArgs&, int64_t t);
+  void (*qkv_token)(const QkvArgs&, int64_t t);
+};
+const Kernels& kernels_scalar();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512();
+
+using WriteFn = Status (*)(const WriteArgs&);
+using GatherFn = Status (*)(const GatherArgs&);
+using MlaFn = Status (*)(const MlaArgs&);
+using QkvFn = Status (*)(const QkvArgs&);
+const dispatch::Registry<WriteFn>& write_registry();
+const dispatch::Registry<GatherFn>& gather_registry();
+const dispatch::Registry<MlaFn>& mla_registry();
+const dispatch::Registry<QkvFn>& qkv_registry();
+
+Status to_args(const KvCacheWriteParams& p, WriteArgs* a);
+Status to_args(const GatherKvParams& p, GatherArgs* a);
+Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a);
+Status to_args(const QkvRopeCacheParams& p, QkvArgs* a);
+
+Status write_reference(const WriteArgs& a);
+Status gather_reference(const GatherArgs& a);
+Status mla_reference(const MlaArgs& a);
+Status qkv_reference(const QkvArgs& a);
+
+// i8 quantisation shared by the write op and its reference: scale = max|x| / 127,
+// q = clamp(rne(x * (127 / max|x|)), -127, 127); an all-zero row gets scale 0.
+template <class T>
+void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale);
+
+}  // namespace optx::kv_detail

@@ -1,0 +1,74 @@
+// Fused cache-write kernels, written once over a vector type V and included per ISA unit
+// in its own namespace (OPTX_ISA_NS). They call the very row functions of the norm and
+// rope families (same source, same flags), which is what makes each fused op bitwise
+// equal to its unfused composition.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including kv_cache_kernels_inl.h"
+#endif
+#include <cstring>
+
+#include "ops/kv_cache/kv_cache_internal.h"
+#include "ops/norm/norm_kernels_inl.h"
+#include "ops/rope/rope_kernels_inl.h"
+
+namespace optx::kv_detail::OPTX_ISA_NS {
+namespace {
+
+namespace nk = ::optx::norm_detail::OPTX_ISA_NS;
+namespace rk = ::optx::rope_detail::OPTX_ISA_NS;
+
+// MLA: cache[slot] = [rms_norm(c_kv) * w | rope(k_pe)].
+template <class V, class T>
+void mla_token_t(const MlaArgs& a, int64_t t) {
+  const int64_t slot = a.slot(t);
+  if (slot < 0) return;
+  const T* src = static_cast<const T*>(a.kv) + t * a.ldkv;
+  T* dst = static_cast<T*>(a.cache) + slot * a.ldc;
+  const float inv = nk::inv_rms(nk::row_sumsq<V>(src, a.rank), a.rank, a.eps);
+  const T* next = t + 1 < a.T ? src + a.ldkv : nullptr;
+  nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next, static_cast<const T*>(nullptr));
+  std::memcpy(dst + a.rank, src + a.rank, sizeof(T) * size_t(a.rope_dim));
+  const int64_t pos = a.rope.position(t);
+  const float* c = a.rope.cos + pos * a.rope.cs_stride;
+  const float* s = a.rope.sin + pos * a.rope.cs_stride;
+  rk::Expanded e;
+  if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, a.rope_dim / 2, e);
+  rk::rope_head<V>(dst + a.rank, c, s, a.rope_dim, a.rope.style, e);
+}
+
+// MHA / GQA: q_out = rope(q); k_cache[slot] = rope(k); v_cache[slot] = v.
+template <class V, class T>
+void qkv_token_t(const QkvArgs& a, int64_t t) {
+  const T* src = static_cast<const T*>(a.qkv) + t * a.ldqkv;
+  const int64_t pos = a.rope.position(t), rd = a.rope.rotary_dim;
+  const float* c = a.rope.cos + pos * a.rope.cs_stride;
+  const float* s = a.rope.sin + pos * a.rope.cs_stride;
+  rk::Expanded e;
+  if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, rd / 2, e);
+  const size_t head_bytes = sizeof(T) * size_t(a.d);
+  for (int64_t h = 0; h < a.hq; ++h) {
+    T* q = static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h;
+    std::memcpy(q, src + h * a.d, head_bytes);
+    rk::rope_head<V>(q, c, s, rd, a.rope.style, e);
+  }
+  const int64_t slot = a.slot(t);
+  if (slot < 0) return;
+  T* k = static_cast<T*>(a.k_cache) + slot * a.ldk;
+  std::memcpy(k, src + a.hq * a.d, head_bytes * size_t(a.hkv));
+  for (int64_t h = 0; h < a.hkv; ++h) rk::rope_head<V>(k + h * a.d, c, s, rd, a.rope.style, e);
+  std::memcpy(static_cast<T*>(a.v_cache) + slot * a.ldv, src + (a.hq + a.hkv) * a.d, head_bytes * size_t(a.hkv));
+}
+
+template <class V>
+void mla_token(const MlaArgs& a, int64_t t) {
+  if (a.bf16) mla_token_t<V, uint16_t>(a, t);
+  else mla_token_t<V, float>(a, t);
+}
+template <class V>
+void qkv_token(const QkvArgs& a, int64_t t) {
+  if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
+  else qkv_token_t<V, float>(a, t);
+}
+
+}  // namespace
+}  // namespace optx::kv_detail::OPTX_ISA_NS

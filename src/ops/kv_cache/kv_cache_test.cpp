@@ -1,0 +1,339 @@
+// kv_cache family: block pool and sequences, kv_cache_write (incl. i8), gather_pa_kv_cache,
+// the fused MLA / QKV cache writes against double references and against their unfused
+// compositions (bitwise), and bad inputs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <tuple>
+
+#include "ops/kv_cache/kv_cache_testutil.h"
+#include "ops/norm/norm_internal.h"
+#include "ops/rope/rope_internal.h"
+
+namespace optx::kv_detail {
+namespace {
+
+using testutil::Typed;
+
+TEST(KvPool, AllocateReleaseAndFullPool) {
+  KvBlockPool pool;
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 8, .block_size = 4, .row = 3, .planes = 2, .dtype = DType::kBF16}, &pool).ok());
+  EXPECT_EQ(pool.num_slots(), 32);
+  EXPECT_EQ(pool.plane(1).sizes[0], 32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.plane(0).data) % 64, 0u);
+  EXPECT_TRUE(pool.scales(0).empty());
+  int32_t b[8];
+  ASSERT_TRUE(pool.allocate(6, b).ok());
+  EXPECT_EQ(pool.free_blocks(), 2);
+  const Status full = pool.allocate(3, b + 6);
+  EXPECT_EQ(full.code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(full.message().find("requested 3 blocks but only 2 of 8 are free"), std::string::npos) << full.message();
+  EXPECT_EQ(pool.free_blocks(), 2);  // all or nothing
+  std::sort(b, b + 6);
+  EXPECT_EQ(std::unique(b, b + 6), b + 6);  // distinct
+  const int32_t twice[2] = {b[0], b[0]};
+  EXPECT_FALSE(pool.release(twice, 2).ok());
+  EXPECT_EQ(pool.free_blocks(), 2);  // nothing released by a bad call
+  const int32_t bogus = 99;
+  EXPECT_NE(pool.release(&bogus, 1).message().find("blocks[0]=99"), std::string::npos);
+  ASSERT_TRUE(pool.release(b, 6).ok());
+  EXPECT_EQ(pool.free_blocks(), 8);
+  EXPECT_FALSE(pool.release(b, 1).ok());  // double free
+  KvBlockPool i8;
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 2, .block_size = 2, .row = 5, .planes = 1, .dtype = DType::kI8}, &i8).ok());
+  EXPECT_EQ(i8.scales(0).sizes[0], 4);
+  KvBlockPool bad;
+  EXPECT_NE(KvBlockPool::create({.num_blocks = 0, .row = 4}, &bad).message().find("num_blocks=0"), std::string::npos);
+}
+
+TEST(KvPool, SequencesSpanManyBlocks) {
+  KvBlockPool pool;
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 40, .block_size = 16, .row = 8, .planes = 1}, &pool).ok());
+  KvSequence a(32), b(32);
+  ASSERT_TRUE(a.reserve(pool, 1).ok());
+  EXPECT_EQ(a.num_blocks(), 1);
+  ASSERT_TRUE(b.reserve(pool, 100).ok());  // 7 blocks
+  ASSERT_TRUE(a.reserve(pool, 300).ok());  // grows to 19 blocks
+  EXPECT_EQ(a.num_blocks(), 19);
+  EXPECT_EQ(pool.free_blocks(), 40 - 19 - 7);
+  EXPECT_FALSE(a.reserve(pool, 600).ok());  // table capacity 32 blocks = 512 tokens
+  const Status full = b.reserve(pool, 32 * 16);
+  EXPECT_EQ(full.code(), StatusCode::kOutOfMemory) << full.message();
+  EXPECT_EQ(b.num_blocks(), 7);  // unchanged after a failed reserve
+  // Slots of the two sequences never collide.
+  std::vector<int64_t> seen;
+  for (int64_t p = 0; p < 300; ++p) seen.push_back(a.slot(p, 16));
+  for (int64_t p = 0; p < 100; ++p) seen.push_back(b.slot(p, 16));
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(a.slot(17, 16), int64_t(a.block_table()[1]) * 16 + 1);
+  ASSERT_TRUE(a.release(pool).ok());
+  ASSERT_TRUE(b.release(pool).ok());
+  EXPECT_EQ(pool.free_blocks(), 40);
+}
+
+// Writes T tokens into a pool through sequences, gathers them back, compares bit for bit.
+TEST(KvCacheWrite, RoundTripThroughGather) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (const auto* wi : write_registry().runnable())
+      for (const auto* gi : gather_registry().runnable()) {
+        const int64_t row = 24, bs = 4;
+        KvBlockPool pool;
+        ASSERT_TRUE(KvBlockPool::create({.num_blocks = 16, .block_size = bs, .row = row, .planes = 2, .dtype = dt}, &pool).ok());
+        const int64_t lens[3] = {9, 0, 13};
+        KvSequence seq[3] = {KvSequence(8), KvSequence(8), KvSequence(8)};
+        const int64_t T = 22;
+        Typed k(dt, size_t(T * row)), v(dt, size_t(T * row));
+        testing::Rng rng(3);
+        for (int64_t i = 0; i < T * row; ++i) k.set(size_t(i), rng.uniform()), v.set(size_t(i), rng.uniform());
+        std::vector<int64_t> slots;
+        for (int s = 0; s < 3; ++s) {
+          ASSERT_TRUE(seq[s].reserve(pool, lens[s]).ok());
+          for (int64_t p = 0; p < lens[s]; ++p) slots.push_back(seq[s].slot(p, bs));
+        }
+        WriteArgs wa;
+        ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), dt, {T, row}), .v = make_view(v.data(), dt, {T, row}),
+                                               .slots = make_view(slots.data(), DType::kI64, {T}),
+                                               .k_cache = pool.plane(0), .v_cache = pool.plane(1)},
+                            &wa)
+                        .ok());
+        ASSERT_TRUE(wi->fn(wa).ok());
+        std::vector<int32_t> tables(3 * 8, -7), sl = {9, 0, 13};
+        for (int s = 0; s < 3; ++s)
+          for (int64_t j = 0; j < seq[s].num_blocks(); ++j) tables[size_t(s * 8 + j)] = seq[s].block_table()[j];
+        Typed ko(dt, size_t(T * row)), vo(dt, size_t(T * row));
+        GatherArgs ga;
+        ASSERT_TRUE(to_args(GatherKvParams{.k_cache = pool.plane(0), .v_cache = pool.plane(1),
+                                           .block_tables = make_view(tables.data(), DType::kI32, {3, 8}),
+                                           .seq_lens = make_view(sl.data(), DType::kI32, {3}), .block_size = bs,
+                                           .k_out = make_view(ko.data(), dt, {T, row}), .v_out = make_view(vo.data(), dt, {T, row})},
+                            &ga)
+                        .ok());
+        ASSERT_TRUE(gi->fn(ga).ok());
+        const size_t bytes = size_t(T * row) * dtype_size(dt);
+        EXPECT_EQ(std::memcmp(k.data(), ko.data(), bytes), 0) << wi->name << "/" << gi->name;
+        EXPECT_EQ(std::memcmp(v.data(), vo.data(), bytes), 0) << wi->name << "/" << gi->name;
+      }
+}
+
+TEST(KvCacheWrite, SkipsMinusOneAndQuantizesI8) {
+  const int64_t T = 4, row = 33, slots_n = 8;
+  std::vector<float> k(T * row);
+  testing::Rng rng(11);
+  for (auto& x : k) x = rng.uniform(-5, 5);
+  for (int64_t i = 0; i < row; ++i) k[size_t(2 * row + i)] = 0.0f;  // all-zero row: scale 0
+  std::vector<int8_t> cache(slots_n * row, 99);
+  std::vector<float> scales(slots_n, -1.0f);
+  std::vector<int32_t> slots = {5, -1, 2, 0};
+  for (const auto* impl : write_registry().runnable()) {
+    std::fill(cache.begin(), cache.end(), int8_t(99));
+    std::fill(scales.begin(), scales.end(), -1.0f);
+    WriteArgs a;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), DType::kF32, {T, row}),
+                                           .slots = make_view(slots.data(), DType::kI32, {T}),
+                                           .k_cache = make_view(cache.data(), DType::kI8, {slots_n, row}),
+                                           .k_scales = make_view(scales.data(), DType::kF32, {slots_n})},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(impl->fn(a).ok());
+    for (int64_t s : {1, 3, 4, 6, 7}) EXPECT_EQ(scales[size_t(s)], -1.0f) << "slot " << s << " must be untouched";
+    EXPECT_EQ(scales[2], 0.0f);
+    for (int64_t t : {0, 2, 3}) {
+      const int64_t s = slots[size_t(t)];
+      double amax = 0;
+      for (int64_t i = 0; i < row; ++i) amax = std::max(amax, std::fabs(double(k[size_t(t * row + i)])));
+      for (int64_t i = 0; i < row; ++i) {
+        const double want = amax > 0 ? std::nearbyint(double(k[size_t(t * row + i)]) * 127.0 / amax) : 0.0;
+        EXPECT_LE(std::fabs(double(cache[size_t(s * row + i)]) - want), 1.0) << impl->name << " t=" << t << " i=" << i;  // +-1 LSB
+        EXPECT_NEAR(double(cache[size_t(s * row + i)]) * scales[size_t(s)], k[size_t(t * row + i)], amax / 127.0) << impl->name;
+      }
+    }
+  }
+}
+
+TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
+  for (const auto* impl : mla_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (auto [rank, rd, style] : {std::tuple{512, 64, RopeStyle::kInterleaved}, {7, 2, RopeStyle::kHalf},
+                                     {1, 16, RopeStyle::kInterleavedToHalf}, {769, 64, RopeStyle::kHalf}})
+        for (int64_t T : {0, 1, 9}) {
+          testutil::MlaCase c;
+          c.dtype = dt, c.rank = rank, c.rope_dim = rd, c.style = style, c.T = T, c.pos64 = T == 9;
+          const auto o = testutil::run_mla(*impl, c, uint64_t(rank + T));
+          ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+          EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+        }
+}
+
+TEST(QkvRopeCache, EveryImplementationMatchesReference) {
+  for (const auto* impl : qkv_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (auto [hq, hkv, d, rd, style] : {std::tuple{4, 2, 64, 0, RopeStyle::kHalf}, {8, 1, 128, 64, RopeStyle::kInterleaved},
+                                           {3, 3, 80, 80, RopeStyle::kInterleavedToHalf}, {6, 2, 96, 32, RopeStyle::kHalf}})
+        for (int64_t T : {0, 1, 7}) {
+          testutil::QkvCase c;
+          c.dtype = dt, c.hq = hq, c.hkv = hkv, c.d = d, c.rotary_dim = rd, c.style = style, c.T = T;
+          const auto o = testutil::run_qkv(*impl, c, uint64_t(d + T));
+          ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+          EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+        }
+}
+
+// fused == rms_norm + rope + kv_cache_write with the same implementation, bit for bit.
+TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
+  const int64_t T = 6, rank = 512, rd = 64, W = rank + rd, S = 16;
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = rd, .max_positions = 100}, &table).ok());
+  testing::Rng rng(21);
+  std::vector<uint16_t> kv(T * W), w(rank);
+  testing::fill_bf16(kv.data(), T * W, rng, -3, 3);
+  testing::fill_bf16(w.data(), rank, rng, 0.5, 1.5);
+  std::vector<int32_t> pos = {0, 5, 99, 7, 64, 3}, slots = {4, 9, -1, 0, 15, 2};
+  for (const auto* fi : mla_registry().runnable()) {
+    const auto* ni = norm_detail::rms_norm_registry().find(fi->name);
+    const auto* ri = rope_detail::registry().find(fi->name);
+    const auto* wi = write_registry().find("generic");
+    ASSERT_TRUE(ni && ri && wi) << fi->name;
+    std::vector<uint16_t> c1(S * W, 0), c2(S * W, 0), tmp(kv);
+    MlaArgs a;
+    ASSERT_TRUE(to_args(KvRmsNormRopeCacheParams{.kv = make_view(kv.data(), DType::kBF16, {T, W}),
+                                                 .weight = make_view(w.data(), DType::kBF16, {rank}),
+                                                 .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
+                                                 .sin = table.sin(), .slots = make_view(slots.data(), DType::kI32, {T}),
+                                                 .cache = make_view(c1.data(), DType::kBF16, {S, W}), .kv_lora_rank = rank},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(fi->fn(a).ok());
+    // Unfused: rms_norm(latent) in place, rope(k_pe) in place, then write the rows.
+    norm_detail::Rows nr;
+    ASSERT_TRUE(norm_detail::to_rows(RmsNormParams{.x = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
+                                                   .weight = make_view(w.data(), DType::kBF16, {rank}),
+                                                   .out = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1})},
+                                     &nr)
+                    .ok());
+    ASSERT_TRUE(ni->fn(nr).ok());
+    rope_detail::Args ra;
+    ASSERT_TRUE(rope_detail::to_args(RopeParams{.k = make_view(tmp.data() + rank, DType::kBF16, {T, 1, rd}, {W, rd, 1}),
+                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
+                                                .sin = table.sin(), .style = RopeStyle::kInterleaved},
+                                     &ra)
+                    .ok());
+    ASSERT_TRUE(ri->fn(ra).ok());
+    WriteArgs wa;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data(), DType::kBF16, {T, W}),
+                                           .slots = make_view(slots.data(), DType::kI32, {T}),
+                                           .k_cache = make_view(c2.data(), DType::kBF16, {S, W})},
+                        &wa)
+                    .ok());
+    ASSERT_TRUE(wi->fn(wa).ok());
+    EXPECT_EQ(c1, c2) << fi->name;
+  }
+}
+
+TEST(QkvRopeCache, FusedEqualsUnfusedBitwise) {
+  const int64_t T = 5, hq = 8, hkv = 2, d = 128, W = (hq + 2 * hkv) * d, S = 8;
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = d, .max_positions = 50}, &table).ok());
+  testing::Rng rng(5);
+  std::vector<uint16_t> qkv(T * W);
+  testing::fill_bf16(qkv.data(), T * W, rng, -2, 2);
+  std::vector<int32_t> pos = {0, 1, 2, 49, 13};
+  std::vector<int64_t> slots = {3, -1, 7, 0, 1};
+  for (const auto* fi : qkv_registry().runnable()) {
+    const auto* ri = rope_detail::registry().find(fi->name);
+    const auto* wi = write_registry().find("generic");
+    ASSERT_TRUE(ri && wi);
+    std::vector<uint16_t> k1(S * hkv * d, 0), v1(k1), k2(k1), v2(k1), q1(T * hq * d), tmp(qkv);
+    QkvArgs a;
+    ASSERT_TRUE(to_args(QkvRopeCacheParams{.qkv = make_view(qkv.data(), DType::kBF16, {T, W}), .q_heads = hq, .kv_heads = hkv,
+                                           .head_dim = d, .positions = make_view(pos.data(), DType::kI32, {T}),
+                                           .cos = table.cos(), .sin = table.sin(),
+                                           .slots = make_view(slots.data(), DType::kI64, {T}),
+                                           .k_cache = make_view(k1.data(), DType::kBF16, {S, hkv * d}),
+                                           .v_cache = make_view(v1.data(), DType::kBF16, {S, hkv * d}),
+                                           .q_out = make_view(q1.data(), DType::kBF16, {T, hq, d})},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(fi->fn(a).ok());
+    rope_detail::Args ra;
+    ASSERT_TRUE(rope_detail::to_args(RopeParams{.q = make_view(tmp.data(), DType::kBF16, {T, hq, d}, {W, d, 1}),
+                                                .k = make_view(tmp.data() + hq * d, DType::kBF16, {T, hkv, d}, {W, d, 1}),
+                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
+                                                .sin = table.sin()},
+                                     &ra)
+                    .ok());
+    ASSERT_TRUE(ri->fn(ra).ok());
+    WriteArgs wa;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data() + hq * d, DType::kBF16, {T, hkv * d}, {W, 1}),
+                                           .v = make_view(tmp.data() + (hq + hkv) * d, DType::kBF16, {T, hkv * d}, {W, 1}),
+                                           .slots = make_view(slots.data(), DType::kI64, {T}),
+                                           .k_cache = make_view(k2.data(), DType::kBF16, {S, hkv * d}),
+                                           .v_cache = make_view(v2.data(), DType::kBF16, {S, hkv * d})},
+                        &wa)
+                    .ok());
+    ASSERT_TRUE(wi->fn(wa).ok());
+    EXPECT_EQ(k1, k2) << fi->name;
+    EXPECT_EQ(v1, v2) << fi->name;
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(std::memcmp(q1.data() + t * hq * d, tmp.data() + t * W, size_t(hq * d) * 2), 0) << fi->name << " q row " << t;
+  }
+}
+
+TEST(KvCacheBadInput, MessagesNameTheArgument) {
+  std::vector<uint16_t> k(4 * 8), cache(6 * 8);
+  std::vector<int32_t> slots = {0, 6, 1, 2};
+  KvCacheWriteParams p{.k = make_view(k.data(), DType::kBF16, {4, 8}), .slots = make_view(slots.data(), DType::kI32, {4}),
+                       .k_cache = make_view(cache.data(), DType::kBF16, {6, 8})};
+  Status st = kv_cache_write(p);
+  EXPECT_NE(st.message().find("kv_cache_write: slots[1]=6 is outside [-1, 6)"), std::string::npos) << st.message();
+  slots[1] = -1;
+  EXPECT_TRUE(kv_cache_write(p).ok());
+  p.k_cache = make_view(cache.data(), DType::kBF16, {6, 7});
+  EXPECT_NE(kv_cache_write(p).message().find("k_cache.sizes=[6, 7]"), std::string::npos);
+  p.k_cache = make_view(cache.data(), DType::kI8, {6, 8});
+  EXPECT_NE(kv_cache_write(p).message().find("k_scales must be contiguous f32"), std::string::npos);
+  p.k_cache = make_view(cache.data(), DType::kF32, {6, 8});
+  EXPECT_NE(kv_cache_write(p).message().find("k_cache.dtype=f32 must be bf16 or i8"), std::string::npos);
+
+  std::vector<int32_t> tables = {0, 5}, lens = {3};
+  GatherKvParams g{.k_cache = make_view(cache.data(), DType::kBF16, {6, 8}), .block_tables = make_view(tables.data(), DType::kI32, {1, 2}),
+                   .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 2,
+                   .k_out = make_view(k.data(), DType::kBF16, {3, 8})};
+  st = gather_pa_kv_cache(g);
+  EXPECT_NE(st.message().find("block_tables[0][1]=5 is outside [0, 3)"), std::string::npos) << st.message();
+  lens[0] = 5;
+  EXPECT_NE(gather_pa_kv_cache(g).message().find("seq_lens[0]=5"), std::string::npos);
+
+  std::vector<uint16_t> kv(2 * 10), w(8);
+  std::vector<int32_t> pos = {0, 1}, s2 = {0, 1};
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 2, .max_positions = 1}, &table).ok());
+  KvRmsNormRopeCacheParams m{.kv = make_view(kv.data(), DType::kBF16, {2, 10}), .weight = make_view(w.data(), DType::kBF16, {8}),
+                             .positions = make_view(pos.data(), DType::kI32, {2}), .cos = table.cos(), .sin = table.sin(),
+                             .slots = make_view(s2.data(), DType::kI32, {2}),
+                             .cache = make_view(cache.data(), DType::kBF16, {4, 10}), .kv_lora_rank = 8};
+  st = kv_rms_norm_rope_cache(m);
+  EXPECT_NE(st.message().find("kv_rms_norm_rope_cache: positions[1]=1 is outside the cos/sin table [0, 1)"), std::string::npos)
+      << st.message();
+  m.kv_lora_rank = 9;
+  EXPECT_NE(kv_rms_norm_rope_cache(m).message().find("kv.sizes[1]=10 must be kv_lora_rank=9"), std::string::npos);
+}
+
+TEST(KvCacheDispatch, SelectedRespectsMaxIsa) {
+  for (const char* op : {"kv_rms_norm_rope_cache", "qkv_rope_cache"}) {
+    const std::string sel = selected_impl(op);
+    const bool mla = std::string(op) == "kv_rms_norm_rope_cache";
+    const Isa isa = mla ? mla_registry().find(sel)->isa : qkv_registry().find(sel)->isa;
+    EXPECT_LE(int(isa), int(active_isa())) << op;
+    if (mla) {
+      EXPECT_EQ(mla_registry().runnable().front()->name, sel);
+      EXPECT_TRUE(testutil::run_mla(*mla_registry().find(sel), {}).cmp.pass);
+    } else {
+      EXPECT_EQ(qkv_registry().runnable().front()->name, sel);
+      EXPECT_TRUE(testutil::run_qkv(*qkv_registry().find(sel), {}).cmp.pass);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace optx::kv_detail
