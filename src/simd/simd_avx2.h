@@ -60,6 +60,19 @@ struct Avx2 {
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
   }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), to_bf16(v)); }
+  OPTX_ALWAYS_INLINE static void stream_copy(void* dst, const void* src, size_t bytes) {
+    if ((reinterpret_cast<uintptr_t>(dst) & 31) != 0) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+  }
+  OPTX_ALWAYS_INLINE static void stream_fence() { _mm_sfence(); }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) {
     uint16_t t[W];
     _mm_storeu_si128(reinterpret_cast<__m128i*>(t), to_bf16(v));

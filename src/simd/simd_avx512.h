@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "optx/tensor.h"
 
@@ -53,6 +54,23 @@ struct Avx512 {
   }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(v)); }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) { _mm256_mask_storeu_epi16(p, mask(n), to_bf16(v)); }
+
+  // Copies bytes with non-temporal stores when dst is 64-byte aligned: the destination
+  // line is not read first (no read-for-ownership) and does not displace cached data.
+  // Callers issue stream_fence() before the data is handed to another thread.
+  OPTX_ALWAYS_INLINE static void stream_copy(void* dst, const void* src, size_t bytes) {
+    if ((reinterpret_cast<uintptr_t>(dst) & 63) != 0) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+    if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+  }
+  OPTX_ALWAYS_INLINE static void stream_fence() { _mm_sfence(); }
 };
 
 }  // namespace optx::simd

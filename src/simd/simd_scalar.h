@@ -6,8 +6,11 @@
 //   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
 //   load(p) / load(p, n)      from f32 or bf16 (uint16_t) memory; n < W: tail, rest 0
 //   store(p, v) / store(p, v, n)  to f32 or bf16 (round to nearest even, NaN kept)
+//   stream_copy(dst, src, bytes)  copy with non-temporal stores where dst is aligned
+//   stream_fence()                orders those stores before handing data to other threads
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "optx/tensor.h"
 
@@ -32,6 +35,8 @@ struct Scalar {
   OPTX_ALWAYS_INLINE static void store(float* p, F v, int) { *p = v; }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { *p = f32_to_bf16(v); }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int) { *p = f32_to_bf16(v); }
+  OPTX_ALWAYS_INLINE static void stream_copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  OPTX_ALWAYS_INLINE static void stream_fence() {}
 };
 
 }  // namespace optx::simd

@@ -82,9 +82,14 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
 template <class A, void (*Kernels::*Member)(const A&, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
+  const auto finish = K().finish;
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t t = 0; t < a.T; ++t) fn(a, t);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < a.T; ++t) fn(a, t);
+    finish();
+  }
   return Status::Ok();
 }
 
@@ -288,6 +293,8 @@ Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
   if (rank < 1 || rd < 2)
     return Error(StatusCode::kInvalidArgument, op, ": kv.sizes[1]=", width, " must be kv_lora_rank=", rank,
                  " (>= 1) plus a rope part of >= 2");
+  if (width > kMaxMlaRow)
+    return Error(StatusCode::kInvalidArgument, op, ": kv.sizes[1]=", width, " exceeds the supported row of ", kMaxMlaRow);
   OPTX_RETURN_IF_ERROR(check_rows(op, kv, "kv", T, width));
   if (p.weight.rank != 1 || p.weight.sizes[0] != rank || p.weight.dtype != kv.dtype || !p.weight.data ||
       (rank > 1 && p.weight.strides[0] != 1))

@@ -10,6 +10,8 @@
 
 namespace optx::kv_detail {
 
+inline constexpr int64_t kMaxMlaRow = 4096;  // kv_lora_rank + rope_dim (a row is staged on the stack)
+
 inline int64_t load_index(const void* p, bool i64, int64_t i) {
   return i64 ? static_cast<const int64_t*>(p)[i] : static_cast<const int32_t*>(p)[i];
 }
@@ -72,6 +74,8 @@ struct QkvArgs {
 struct Kernels {
   void (*mla_token)(const MlaArgs&, int64_t t);
   void (*qkv_token)(const QkvArgs&, int64_t t);
+  // Called once per thread after its tokens: orders the thread's streaming stores.
+  void (*finish)();
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
