@@ -73,6 +73,14 @@ struct Avx2 {
     if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
   }
   OPTX_ALWAYS_INLINE static void stream_fence() { _mm_sfence(); }
+  static constexpr int kStreamAlign = 32;
+  OPTX_ALWAYS_INLINE static void store_stream2(float* p, F v0, F v1) {
+    _mm256_stream_ps(p, v0);
+    _mm256_stream_ps(p + W, v1);
+  }
+  OPTX_ALWAYS_INLINE static void store_stream2(uint16_t* p, F v0, F v1) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm256_set_m128i(to_bf16(v1), to_bf16(v0)));
+  }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) {
     uint16_t t[W];
     _mm_storeu_si128(reinterpret_cast<__m128i*>(t), to_bf16(v));

@@ -71,6 +71,15 @@ struct Avx512 {
     if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
   }
   OPTX_ALWAYS_INLINE static void stream_fence() { _mm_sfence(); }
+  // 2 * W elements with non-temporal stores; p must be 64-byte aligned.
+  static constexpr int kStreamAlign = 64;
+  OPTX_ALWAYS_INLINE static void store_stream2(float* p, F v0, F v1) {
+    _mm512_stream_ps(p, v0);
+    _mm512_stream_ps(p + W, v1);
+  }
+  OPTX_ALWAYS_INLINE static void store_stream2(uint16_t* p, F v0, F v1) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(v0)), to_bf16(v1), 1));
+  }
 };
 
 }  // namespace optx::simd

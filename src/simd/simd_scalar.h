@@ -8,6 +8,7 @@
 //   store(p, v) / store(p, v, n)  to f32 or bf16 (round to nearest even, NaN kept)
 //   stream_copy(dst, src, bytes)  copy with non-temporal stores where dst is aligned
 //   stream_fence()                orders those stores before handing data to other threads
+//   store_stream2(p, v0, v1)      2W elements with non-temporal stores, p aligned to kStreamAlign
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -37,6 +38,12 @@ struct Scalar {
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int) { *p = f32_to_bf16(v); }
   OPTX_ALWAYS_INLINE static void stream_copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
   OPTX_ALWAYS_INLINE static void stream_fence() {}
+  static constexpr int kStreamAlign = 1;
+  template <class T>
+  OPTX_ALWAYS_INLINE static void store_stream2(T* p, F v0, F v1) {
+    store(p, v0);
+    store(p + 1, v1);
+  }
 };
 
 }  // namespace optx::simd

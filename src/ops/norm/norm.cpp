@@ -54,15 +54,21 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   r->out = out.data;
   r->ldo = out.strides[0];
   r->eps = eps;
+  r->stream_out = T * H * int64_t(dtype_size(x.dtype)) >= kStreamBytes;
   return Status::Ok();
 }
 
 template <const Kernels& (*K)(), bool kAdd>
 Status run_rows(const Rows& r) {
   const auto row = kAdd ? K().add_rms_norm_row : K().rms_norm_row;
+  const auto finish = K().finish;
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), r.T)));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t t = 0; t < r.T; ++t) row(r, t);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < r.T; ++t) row(r, t);
+    finish();
+  }
   return Status::Ok();
 }
 

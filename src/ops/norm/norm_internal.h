@@ -20,11 +20,16 @@ struct Rows {
   void* out = nullptr;
   int64_t ldo = 0;
   float eps = 0;
+  // Non-temporal stores for out: set for outputs of >= kStreamBytes, which will not be
+  // in cache when the next op reads them anyway.
+  bool stream_out = false;
 };
+inline constexpr int64_t kStreamBytes = int64_t(8) << 20;
 
 struct Kernels {
   void (*rms_norm_row)(const Rows& r, int64_t t);
   void (*add_rms_norm_row)(const Rows& r, int64_t t);
+  void (*finish)();  // once per thread after its rows: orders streaming stores
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
