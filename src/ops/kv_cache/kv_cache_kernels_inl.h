@@ -32,13 +32,12 @@ void mla_token_t(const MlaArgs& a, int64_t t) {
   const float inv = nk::inv_rms(nk::row_sumsq<V>(src, a.rank), a.rank, a.eps);
   const T* next = t + 1 < a.T ? src + a.ldkv : nullptr;
   nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next, static_cast<const T*>(nullptr));
-  std::memcpy(dst + a.rank, src + a.rank, sizeof(T) * size_t(a.rope_dim));
   const int64_t pos = a.rope.position(t);
   const float* c = a.rope.cos + pos * a.rope.cs_stride;
   const float* s = a.rope.sin + pos * a.rope.cs_stride;
   rk::Expanded e;
   if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, a.rope_dim / 2, e);
-  rk::rope_head<V>(dst + a.rank, c, s, a.rope_dim, a.rope.style, e);
+  rk::rope_head_to<V>(src + a.rank, dst + a.rank, c, s, a.rope_dim, a.rope.style, e);
   V::stream_copy(static_cast<T*>(a.cache) + slot * a.ldc, row, sizeof(T) * size_t(a.rank + a.rope_dim));
 }
 
@@ -51,18 +50,19 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
   const float* s = a.rope.sin + pos * a.rope.cs_stride;
   rk::Expanded e;
   if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, rd / 2, e);
-  const size_t head_bytes = sizeof(T) * size_t(a.d);
-  for (int64_t h = 0; h < a.hq; ++h) {
-    T* q = static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h;
-    std::memcpy(q, src + h * a.d, head_bytes);
-    rk::rope_head<V>(q, c, s, rd, a.rope.style, e);
-  }
+  // Rotated channels go straight from the source row to their destination; only the
+  // channels past rotary_dim (if any) need a copy.
+  const size_t tail_bytes = sizeof(T) * size_t(a.d - rd);
+  auto head = [&](const T* from, T* to) {
+    rk::rope_head_to<V>(from, to, c, s, rd, a.rope.style, e);
+    if (tail_bytes) std::memcpy(to + rd, from + rd, tail_bytes);
+  };
+  for (int64_t h = 0; h < a.hq; ++h) head(src + h * a.d, static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h);
   const int64_t slot = a.slot(t);
   if (slot < 0) return;
   T* k = static_cast<T*>(a.k_cache) + slot * a.ldk;
-  std::memcpy(k, src + a.hq * a.d, head_bytes * size_t(a.hkv));
-  for (int64_t h = 0; h < a.hkv; ++h) rk::rope_head<V>(k + h * a.d, c, s, rd, a.rope.style, e);
-  std::memcpy(static_cast<T*>(a.v_cache) + slot * a.ldv, src + (a.hq + a.hkv) * a.d, head_bytes * size_t(a.hkv));
+  for (int64_t h = 0; h < a.hkv; ++h) head(src + (a.hq + h) * a.d, k + h * a.d);
+  std::memcpy(static_cast<T*>(a.v_cache) + slot * a.ldv, src + (a.hq + a.hkv) * a.d, sizeof(T) * size_t(a.d * a.hkv));
 }
 
 template <class V>

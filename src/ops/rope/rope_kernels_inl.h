@@ -45,30 +45,32 @@ OPTX_ALWAYS_INLINE void expand(const float* c, const float* s, int64_t half, Exp
   }
 }
 
-// Rotates one head slice x[0..d) in place. e: expanded tables (kInterleaved, W > 1).
+// Rotates one head slice x[0..d) into y[0..d) (y may equal x). e: expanded tables
+// (kInterleaved, W > 1). Reading from the source and writing the destination directly
+// spares fused ops a copy per head.
 template <class V, class T>
-OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t d, RopeStyle style,
-                                  const Expanded& e) {
+OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const float* s, int64_t d, RopeStyle style,
+                                     const Expanded& e) {
   const int64_t half = d / 2;
   if (style == RopeStyle::kHalf) {
-    rotate_halves<V>(static_cast<const T*>(x), static_cast<const T*>(x + half), c, s, half, x, x + half);
+    rotate_halves<V>(x, x + half, c, s, half, y, y + half);
   } else if (style == RopeStyle::kInterleaved) {
     if constexpr (V::W == 1) {
       for (int64_t i = 0; i < half; ++i) {
         const float a = V::load(x + 2 * i), b = V::load(x + 2 * i + 1);
-        V::store(x + 2 * i, a * c[i] - b * s[i]);
-        V::store(x + 2 * i + 1, b * c[i] + a * s[i]);
+        V::store(y + 2 * i, a * c[i] - b * s[i]);
+        V::store(y + 2 * i + 1, b * c[i] + a * s[i]);
       }
     } else {
       int64_t j = 0;
       for (; j + V::W <= d; j += V::W) {
         const auto v = V::load(x + j);
-        V::store(x + j, V::add(V::mul(v, V::load(e.ce + j)), V::mul(V::swap_pairs(v), V::load(e.se + j))));
+        V::store(y + j, V::add(V::mul(v, V::load(e.ce + j)), V::mul(V::swap_pairs(v), V::load(e.se + j))));
       }
       if (j < d) {  // n is even: pairs never straddle the tail
         const int n = int(d - j);
         const auto v = V::load(x + j, n);
-        V::store(x + j, V::add(V::mul(v, V::load(e.ce + j, n)), V::mul(V::swap_pairs(v), V::load(e.se + j, n))), n);
+        V::store(y + j, V::add(V::mul(v, V::load(e.ce + j, n)), V::mul(V::swap_pairs(v), V::load(e.se + j, n))), n);
       }
     }
   } else {  // kInterleavedToHalf: de-interleave into f32, rotate halves, write [y1 | y2]
@@ -77,8 +79,13 @@ OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t 
       buf[i] = scalar_f32(x + 2 * i);
       buf[half + i] = scalar_f32(x + 2 * i + 1);
     }
-    rotate_halves<V>(static_cast<const float*>(buf), static_cast<const float*>(buf + half), c, s, half, x, x + half);
+    rotate_halves<V>(static_cast<const float*>(buf), static_cast<const float*>(buf + half), c, s, half, y, y + half);
   }
+}
+
+template <class V, class T>
+OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t d, RopeStyle style, const Expanded& e) {
+  rope_head_to<V>(static_cast<const T*>(x), x, c, s, d, style, e);
 }
 
 template <class V, class T>
