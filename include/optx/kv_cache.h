@@ -103,14 +103,20 @@ Status gather_pa_kv_cache(const GatherKvParams& p, Workspace ws = {});
 
 // DeepSeek MLA: kv = [c_kv | k_pe] rows from kv_a_proj ([T, kv_lora_rank + rope_dim]).
 // cache[slot] = [ RMSNorm(c_kv) * weight | RoPE(k_pe, position) ], one row per slot.
-// Bitwise equal to rms_norm + rope + kv_cache_write with the same implementation.
+// With an i8 cache the latent is stored quantised per token (as kv_cache_write does, from
+// the normalised values rounded to kv's dtype) with its scale in cache_scales, and the
+// rotated k_pe goes to rope_cache in kv's dtype (the rope part keeps full precision, as in
+// FlashMLA's quantised layouts). Bitwise equal to rms_norm + rope + kv_cache_write with
+// the same implementation.
 struct KvRmsNormRopeCacheParams {
   TensorView kv;          // [T, kv_lora_rank + rope_dim] f32 | bf16, unit column stride
   TensorView weight;      // [kv_lora_rank], dtype of kv
   TensorView positions;   // [T] i32 | i64
   TensorView cos, sin;    // [P, rope_dim / 2] f32
   TensorView slots;       // [T] i32 | i64, -1 skips the token
-  TensorView cache;       // [num_slots, kv_lora_rank + rope_dim], dtype of kv
+  TensorView cache;       // [num_slots, kv_lora_rank + rope_dim], dtype of kv; or i8 [num_slots, kv_lora_rank]
+  TensorView cache_scales;  // [num_slots] f32 with an i8 cache, else empty
+  TensorView rope_cache;    // [num_slots, rope_dim], dtype of kv, with an i8 cache, else empty
   int64_t kv_lora_rank = 512;
   float eps = 1e-6f;
   RopeStyle style = RopeStyle::kInterleaved;

@@ -300,9 +300,23 @@ Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
       (rank > 1 && p.weight.strides[0] != 1))
     return Error(StatusCode::kInvalidArgument, op, ": weight must be contiguous ", dtype_name(kv.dtype), " [kv_lora_rank=", rank, "]");
   if (!(p.eps >= 0.0f)) return Error(StatusCode::kInvalidArgument, op, ": eps=", p.eps, " must be >= 0");
-  OPTX_RETURN_IF_ERROR(check_rows(op, p.cache, "cache", -1, width));
-  if (p.cache.dtype != kv.dtype)
-    return Error(StatusCode::kInvalidArgument, op, ": cache.dtype=", dtype_name(p.cache.dtype), " but kv.dtype=", dtype_name(kv.dtype));
+  const bool i8 = p.cache.dtype == DType::kI8;
+  OPTX_RETURN_IF_ERROR(check_rows(op, p.cache, "cache", -1, i8 ? rank : width));
+  if (p.cache.dtype != kv.dtype && !i8)
+    return Error(StatusCode::kInvalidArgument, op, ": cache.dtype=", dtype_name(p.cache.dtype), " but must be ",
+                 dtype_name(kv.dtype), " or i8");
+  OPTX_RETURN_IF_ERROR(check_cache_scales(op, p.cache, p.cache_scales, "cache_scales", &a->scales));
+  if (i8) {
+    OPTX_RETURN_IF_ERROR(check_rows(op, p.rope_cache, "rope_cache", p.cache.sizes[0], rd));
+    if (p.rope_cache.dtype != kv.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": rope_cache.dtype=", dtype_name(p.rope_cache.dtype), " but kv.dtype=",
+                   dtype_name(kv.dtype));
+    a->rope_cache = p.rope_cache.data;
+    a->ldr = p.rope_cache.strides[0];
+  } else if (!p.rope_cache.empty()) {
+    return Error(StatusCode::kInvalidArgument, op, ": rope_cache is only used with an i8 cache");
+  }
+  a->i8 = i8;
   OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, p.cache.sizes[0]));
   OPTX_RETURN_IF_ERROR(rope_detail::table_args(op, p.positions, p.cos, p.sin, rd, p.style, T, &a->rope));
   a->T = T;

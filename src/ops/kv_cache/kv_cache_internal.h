@@ -50,6 +50,10 @@ struct MlaArgs {
   bool slots64 = false;
   void* cache = nullptr;
   int64_t ldc = 0;
+  bool i8 = false;          // latent quantised into cache, rope part into rope_cache
+  float* scales = nullptr;
+  void* rope_cache = nullptr;
+  int64_t ldr = 0;
   int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
 };
 

@@ -37,6 +37,11 @@ void mla_token_t(const MlaArgs& a, int64_t t) {
   const float* s = a.rope.sin + pos * a.rope.cs_stride;
   rk::Expanded e;
   if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, a.rope_dim / 2, e);
+  if (a.i8) {  // latent quantised from the rounded row (as kv_cache_write would), rope part apart
+    quantize_row_i8(static_cast<const T*>(row), a.rank, static_cast<int8_t*>(a.cache) + slot * a.ldc, a.scales + slot);
+    rk::rope_head_to<V>(src + a.rank, static_cast<T*>(a.rope_cache) + slot * a.ldr, c, s, a.rope_dim, a.rope.style, e);
+    return;
+  }
   rk::rope_head_to<V>(src + a.rank, dst + a.rank, c, s, a.rope_dim, a.rope.style, e);
   V::stream_copy(static_cast<T*>(a.cache) + slot * a.ldc, row, sizeof(T) * size_t(a.rank + a.rope_dim));
 }

@@ -78,12 +78,23 @@ Status mla_reference(const MlaArgs& a) {
     double ss = 0;
     for (int64_t i = 0; i < a.rank; ++i) ss += get(a.kv, a.bf16, src + i) * get(a.kv, a.bf16, src + i);
     const double inv = 1.0 / std::sqrt(ss / double(a.rank) + double(a.eps));
-    for (int64_t i = 0; i < a.rank; ++i)
-      put(a.cache, a.bf16, dst + i, get(a.kv, a.bf16, src + i) * inv * get(a.weight, a.bf16, i));
+    if (a.i8) {  // the normalised row, rounded to kv's dtype, then the shared quantiser
+      std::vector<float> lat(static_cast<size_t>(a.rank));
+      for (int64_t i = 0; i < a.rank; ++i) {
+        const float v = float(get(a.kv, a.bf16, src + i) * inv * get(a.weight, a.bf16, i));
+        lat[size_t(i)] = a.bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+      }
+      quantize_row_i8(lat.data(), a.rank, static_cast<int8_t*>(a.cache) + dst, a.scales + slot);
+    } else {
+      for (int64_t i = 0; i < a.rank; ++i)
+        put(a.cache, a.bf16, dst + i, get(a.kv, a.bf16, src + i) * inv * get(a.weight, a.bf16, i));
+    }
     const int64_t pos = a.rope.position(t);
     for (int64_t i = 0; i < a.rope_dim; ++i) x[size_t(i)] = get(a.kv, a.bf16, src + a.rank + i);
     rotate(x.data(), a.rope.cos + pos * a.rope.cs_stride, a.rope.sin + pos * a.rope.cs_stride, a.rope_dim, a.rope.style, y.data());
-    for (int64_t i = 0; i < a.rope_dim; ++i) put(a.cache, a.bf16, dst + a.rank + i, y[size_t(i)]);
+    void* rbase = a.i8 ? a.rope_cache : a.cache;
+    const int64_t roff = a.i8 ? slot * a.ldr : dst + a.rank;
+    for (int64_t i = 0; i < a.rope_dim; ++i) put(rbase, a.bf16, roff + i, y[size_t(i)]);
   }
   return Status::Ok();
 }

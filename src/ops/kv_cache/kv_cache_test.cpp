@@ -230,6 +230,84 @@ TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
   }
 }
 
+// i8 latent: equals rms_norm -> kv_cache_write(i8) for the latent and rope ->
+// kv_cache_write for the rope part, bit for bit; and dequantises to the reference norm.
+TEST(KvRmsNormRopeCache, Int8LatentFusedEqualsUnfused) {
+  const int64_t T = 7, rank = 512, rd = 64, W = rank + rd, S = 12;
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = rd, .max_positions = 64}, &table).ok());
+  testing::Rng rng(8);
+  std::vector<uint16_t> kv(T * W), w(rank);
+  testing::fill_bf16(kv.data(), T * W, rng, -3, 3);
+  testing::fill_bf16(w.data(), rank, rng, 0.5, 1.5);
+  std::vector<int32_t> pos = {0, 1, 63, 5, 9, 2, 40}, slots = {11, 3, -1, 0, 7, 5, 1};
+  std::vector<const dispatch::Impl<MlaFn>*> impls = mla_registry().runnable();
+  for (const auto* fi : impls) {
+    std::vector<int8_t> q1(S * rank, 5), q2(q1);
+    std::vector<float> s1(S, -1.0f), s2(s1);
+    std::vector<uint16_t> r1(S * rd, 0), r2(r1), tmp(kv);
+    MlaArgs a;
+    ASSERT_TRUE(to_args(KvRmsNormRopeCacheParams{.kv = make_view(kv.data(), DType::kBF16, {T, W}),
+                                                 .weight = make_view(w.data(), DType::kBF16, {rank}),
+                                                 .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
+                                                 .sin = table.sin(), .slots = make_view(slots.data(), DType::kI32, {T}),
+                                                 .cache = make_view(q1.data(), DType::kI8, {S, rank}),
+                                                 .cache_scales = make_view(s1.data(), DType::kF32, {S}),
+                                                 .rope_cache = make_view(r1.data(), DType::kBF16, {S, rd}), .kv_lora_rank = rank},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(fi->fn(a).ok());
+    if (std::string(fi->name) == "reference") continue;  // the composition below uses kernels
+    const auto* ni = norm_detail::rms_norm_registry().find(fi->name);
+    const auto* ri = rope_detail::registry().find(fi->name);
+    const auto* wi = write_registry().find("generic");
+    norm_detail::Rows nr;
+    ASSERT_TRUE(norm_detail::to_rows(RmsNormParams{.x = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
+                                                   .weight = make_view(w.data(), DType::kBF16, {rank}),
+                                                   .out = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1})},
+                                     &nr)
+                    .ok());
+    ASSERT_TRUE(ni->fn(nr).ok());
+    rope_detail::Args ra;
+    ASSERT_TRUE(rope_detail::to_args(RopeParams{.k = make_view(tmp.data() + rank, DType::kBF16, {T, 1, rd}, {W, rd, 1}),
+                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
+                                                .sin = table.sin(), .style = RopeStyle::kInterleaved},
+                                     &ra)
+                    .ok());
+    ASSERT_TRUE(ri->fn(ra).ok());
+    WriteArgs wa, wr;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
+                                           .slots = make_view(slots.data(), DType::kI32, {T}),
+                                           .k_cache = make_view(q2.data(), DType::kI8, {S, rank}),
+                                           .k_scales = make_view(s2.data(), DType::kF32, {S})},
+                        &wa)
+                    .ok());
+    ASSERT_TRUE(wi->fn(wa).ok());
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data() + rank, DType::kBF16, {T, rd}, {W, 1}),
+                                           .slots = make_view(slots.data(), DType::kI32, {T}),
+                                           .k_cache = make_view(r2.data(), DType::kBF16, {S, rd})},
+                        &wr)
+                    .ok());
+    ASSERT_TRUE(wi->fn(wr).ok());
+    EXPECT_EQ(q1, q2) << fi->name;
+    EXPECT_EQ(s1, s2) << fi->name;
+    EXPECT_EQ(r1, r2) << fi->name;
+    // Dequantised latent within one step of the double-precision norm.
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t slot = slots[size_t(t)];
+      if (slot < 0) continue;
+      double ss = 0;
+      for (int64_t i = 0; i < rank; ++i) ss += std::pow(double(bf16_to_f32(kv[size_t(t * W + i)])), 2);
+      const double inv = 1.0 / std::sqrt(ss / rank + 1e-6);
+      for (int64_t i = 0; i < rank; ++i) {
+        const double want = bf16_to_f32(kv[size_t(t * W + i)]) * inv * bf16_to_f32(w[size_t(i)]);
+        EXPECT_NEAR(q1[size_t(slot * rank + i)] * double(s1[size_t(slot)]), want, 1.01 * s1[size_t(slot)] + 0.01 * std::fabs(want))
+            << fi->name << " t=" << t << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(QkvRopeCache, FusedEqualsUnfusedBitwise) {
   const int64_t T = 5, hq = 8, hkv = 2, d = 128, W = (hq + 2 * hkv) * d, S = 8;
   RopeTable table;
