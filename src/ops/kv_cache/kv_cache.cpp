@@ -396,7 +396,8 @@ const dispatch::Registry<GatherFn>& gather_registry() {
 }
 const dispatch::Registry<MlaFn>& mla_registry() {
   static const dispatch::Registry<MlaFn> r(
-      "kv_rms_norm_rope_cache", {{"avx512", Isa::kAvx512, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512>},
+      "kv_rms_norm_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512_bf16>},
+                                 {"avx512", Isa::kAvx512, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512>},
                                  {"avx2", Isa::kAvx2, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx2>},
                                  {"scalar", Isa::kScalar, run_tokens<MlaArgs, &Kernels::mla_token, kernels_scalar>},
                                  {"reference", Isa::kScalar, mla_reference}});
@@ -404,7 +405,8 @@ const dispatch::Registry<MlaFn>& mla_registry() {
 }
 const dispatch::Registry<QkvFn>& qkv_registry() {
   static const dispatch::Registry<QkvFn> r(
-      "qkv_rope_cache", {{"avx512", Isa::kAvx512, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512>},
+      "qkv_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512_bf16>},
+                         {"avx512", Isa::kAvx512, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512>},
                          {"avx2", Isa::kAvx2, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx2>},
                          {"scalar", Isa::kScalar, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_scalar>},
                          {"reference", Isa::kScalar, qkv_reference}});

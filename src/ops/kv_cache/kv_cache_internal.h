@@ -84,6 +84,7 @@ struct Kernels {
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_bf16();
 
 using WriteFn = Status (*)(const WriteArgs&);
 using GatherFn = Status (*)(const GatherArgs&);

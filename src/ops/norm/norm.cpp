@@ -94,6 +94,7 @@ Status run(const dispatch::Registry<NormFn>& reg, const P& p) {
 
 const dispatch::Registry<NormFn>& rms_norm_registry() {
   static const dispatch::Registry<NormFn> r("rms_norm", {
+                                                            {"avx512_bf16", Isa::kAvx512Bf16, run_rows<kernels_avx512_bf16, false>},
                                                             {"avx512", Isa::kAvx512, run_rows<kernels_avx512, false>},
                                                             {"avx2", Isa::kAvx2, run_rows<kernels_avx2, false>},
                                                             {"scalar", Isa::kScalar, run_rows<kernels_scalar, false>},
@@ -103,6 +104,7 @@ const dispatch::Registry<NormFn>& rms_norm_registry() {
 }
 const dispatch::Registry<NormFn>& add_rms_norm_registry() {
   static const dispatch::Registry<NormFn> r("add_rms_norm", {
+                                                                {"avx512_bf16", Isa::kAvx512Bf16, run_rows<kernels_avx512_bf16, true>},
                                                                 {"avx512", Isa::kAvx512, run_rows<kernels_avx512, true>},
                                                                 {"avx2", Isa::kAvx2, run_rows<kernels_avx2, true>},
                                                                 {"scalar", Isa::kScalar, run_rows<kernels_scalar, true>},

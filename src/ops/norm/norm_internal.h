@@ -34,6 +34,7 @@ struct Kernels {
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_bf16();
 
 using NormFn = Status (*)(const Rows&);
 const dispatch::Registry<NormFn>& rms_norm_registry();

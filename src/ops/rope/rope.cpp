@@ -119,6 +119,7 @@ Status to_args(const RopeParams& p, Args* a) {
 
 const dispatch::Registry<RopeFn>& registry() {
   static const dispatch::Registry<RopeFn> r(kOp, {
+                                                     {"avx512_bf16", Isa::kAvx512Bf16, run<kernels_avx512_bf16>},
                                                      {"avx512", Isa::kAvx512, run<kernels_avx512>},
                                                      {"avx2", Isa::kAvx2, run<kernels_avx2>},
                                                      {"scalar", Isa::kScalar, run<kernels_scalar>},

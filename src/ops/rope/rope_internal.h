@@ -44,6 +44,7 @@ struct Kernels {
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_bf16();
 
 // Checks positions lie in [0, P): names the first bad index. Shared with fused ops.
 Status check_positions(const char* op, const TensorView& positions, int64_t T, int64_t P);

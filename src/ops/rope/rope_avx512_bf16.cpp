@@ -1,0 +1,12 @@
+// RoPE kernels instantiated for simd::Avx512Bf16 (native f32 -> bf16 conversion).
+#include "simd/simd_avx512_bf16.h"
+
+#define OPTX_ISA_NS avx512_bf16
+#include "ops/rope/rope_kernels_inl.h"
+
+namespace optx::rope_detail {
+const Kernels& kernels_avx512_bf16() {
+  static const Kernels k{avx512_bf16::rope_token<simd::Avx512Bf16>};
+  return k;
+}
+}  // namespace optx::rope_detail
