@@ -73,6 +73,27 @@ Timing Context::time_it(const std::function<void()>& fn) const {
   return t;
 }
 
+std::vector<Timing> Context::time_interleaved(const std::vector<std::function<void()>>& fns) const {
+  for (const auto& f : fns) f();  // warm-up: first touch, caches, thread pool, AMX power-up
+  const int min_reps = quick ? 3 : 7;
+  const double min_s = quick ? 0.15 : 0.6;
+  std::vector<std::vector<double>> ms(fns.size());
+  const double start = now_s();
+  while (int(ms[0].size()) < min_reps || (now_s() - start < min_s * double(fns.size()) && ms[0].size() < 1000)) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      const double t0 = now_s();
+      fns[i]();
+      ms[i].push_back((now_s() - t0) * 1e3);
+    }
+  }
+  std::vector<Timing> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v[std::min(v.size() - 1, size_t(double(v.size()) * 0.9))]});
+  }
+  return out;
+}
+
 void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   r.median_ms = t.median_ms;
   r.p90_ms = t.p90_ms;

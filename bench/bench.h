@@ -46,6 +46,10 @@ struct Context {
 
   // Runs fn once to warm up, then repeatedly for at least min_reps calls and min_seconds.
   Timing time_it(const std::function<void()>& fn) const;
+  // Times several implementations of one case with their repetitions interleaved
+  // (A B C A B C ...), so a slow phase of a noisy machine hits all of them alike and the
+  // ratios between them hold even when absolute times drift. One warm-up call each.
+  std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& fns) const;
   // Fills throughput from flops / bytes and the timing, and the share of the floor.
   void add(Record r, const Timing& t, double flops, double bytes) const;
 };

@@ -6,6 +6,7 @@
 // from DRAM rather than from a (virtualised, possibly huge) last-level cache.
 #include <omp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,51 +44,78 @@ std::string shape_case(const char* dtype, int64_t M, int64_t N, int64_t K) {
          " K=" + std::to_string(K);
 }
 
-// Times optx gemm on packed weights, rotating over `copies` packed matrices.
-bench::Timing time_optx(bench::Context& ctx, GemmParams p, const std::vector<PackedWeights>& w) {
-  p.packed_b = &w[0][0];
-  std::vector<uint8_t> ws(gemm_workspace_size(p));
+// optx gemm on packed weights, rotating over the packed copies in w.
+struct OptxRun {
+  GemmParams p;
+  const std::vector<PackedWeights>* w;
+  std::vector<uint8_t> ws;
   size_t i = 0;
-  return ctx.time_it([&] {
-    p.packed_b = &w[i++ % w.size()][0];
+  OptxRun(GemmParams params, const std::vector<PackedWeights>& weights) : p(params), w(&weights) {
+    p.packed_b = &weights[0][0];
+    ws.resize(gemm_workspace_size(p));
+  }
+  void operator()() {
+    p.packed_b = &(*w)[i++ % w->size()][0];
     (void)gemm(p, {ws.data(), ws.size()});
-  });
-}
+  }
+};
 
 #ifdef OPTX_HAVE_ONEDNN
 // oneDNN bf16 matmul C[M, N] = A[M, K] * W^T, W given [N, K] row-major and reordered once
 // into oneDNN's preferred layout (its equivalent of packing), `copies` times for rotation.
-// Adds one record with impl "onednn" and the kernel oneDNN chose in the note.
-void bench_onednn_bf16(bench::Context& ctx, const bench::Record& like, int64_t M, int64_t N, int64_t K,
-                       void* a, void* w, void* c, int copies, double flops, double bytes) {
-  omp_set_num_threads(ctx.threads);
-  using namespace dnnl;
-  engine eng(engine::kind::cpu, 0);
-  stream s(eng);
-  using dt = memory::data_type;
-  using tag = memory::format_tag;
-  memory::desc a_md({M, K}, dt::bf16, tag::ab), w_any({K, N}, dt::bf16, tag::any), c_md({M, N}, dt::bf16, tag::ab);
-  matmul::primitive_desc pd(matmul::desc(a_md, w_any, c_md), eng);
-  memory w_user({{K, N}, dt::bf16, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
-  std::vector<memory> ws;
-  for (int i = 0; i < copies; ++i) {
-    ws.emplace_back(pd.weights_desc(), eng);
-    reorder(w_user, ws.back()).execute(s, w_user, ws.back());
-  }
-  memory a_mem(a_md, eng, a), c_mem(c_md, eng, c);
-  matmul mm(pd);
-  bench::Record o = like;
-  o.impl = "onednn";
-  o.note = pd.impl_info_str();
-  o.peak_bytes = 0;
+struct OnednnBf16 {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream s{eng};
+  dnnl::matmul::primitive_desc pd;
+  std::vector<dnnl::memory> ws;
+  dnnl::memory a_mem, c_mem;
+  dnnl::matmul mm;
   size_t i = 0;
-  const auto tm = ctx.time_it([&] {
+  OnednnBf16(int threads, int64_t M, int64_t N, int64_t K, void* a, void* w, void* c, int copies) {
+    omp_set_num_threads(threads);
+    using namespace dnnl;
+    using dt = memory::data_type;
+    using tag = memory::format_tag;
+    memory::desc a_md({M, K}, dt::bf16, tag::ab), w_any({K, N}, dt::bf16, tag::any), c_md({M, N}, dt::bf16, tag::ab);
+    pd = matmul::primitive_desc(matmul::desc(a_md, w_any, c_md), eng);
+    memory w_user({{K, N}, dt::bf16, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
+    for (int k = 0; k < copies; ++k) {
+      ws.emplace_back(pd.weights_desc(), eng);
+      reorder(w_user, ws.back()).execute(s, w_user, ws.back());
+    }
+    a_mem = memory(a_md, eng, a);
+    c_mem = memory(c_md, eng, c);
+    mm = matmul(pd);
+  }
+  void operator()() {
     mm.execute(s, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, ws[i++ % ws.size()]}, {DNNL_ARG_DST, c_mem}});
     s.wait();
-  });
-  ctx.add(o, tm, flops, bytes);
-}
+  }
+};
 #endif
+
+// Times optx and the peers of one case and adds a record for each. Peers on optx's
+// OpenMP pool (oneDNN) run interleaved with optx, so machine noise hits both alike.
+// OpenBLAS has its own pthread pool whose workers spin for a long time after each call
+// (and OpenMP's do too): interleaved, each library would run against the other's
+// spinning threads on our 2 cores, so OpenBLAS is timed in its own block.
+void run_case(bench::Context& ctx, const bench::Record& optx_rec, std::vector<std::function<void()>> fns,
+              std::vector<bench::Record> peer_recs, double flops, double bytes) {
+  std::vector<std::function<void()>> shared = {fns[0]};
+  std::vector<size_t> shared_idx, own_idx;
+  for (size_t k = 0; k < peer_recs.size(); ++k) {
+    if (peer_recs[k].impl == "openblas") {
+      own_idx.push_back(k);
+    } else {
+      shared.push_back(fns[k + 1]);
+      shared_idx.push_back(k);
+    }
+  }
+  const auto t = ctx.time_interleaved(shared);
+  ctx.add(optx_rec, t[0], flops, bytes);
+  for (size_t i = 0; i < shared_idx.size(); ++i) ctx.add(peer_recs[shared_idx[i]], t[i + 1], flops, bytes);
+  for (size_t k : own_idx) ctx.add(peer_recs[k], ctx.time_it(fns[k + 1]), flops, bytes);
+}
 
 void bench_square(bench::Context& ctx, bool bf16) {
   const int64_t M = 2048, N = 2048, K = 2048;
@@ -105,30 +133,36 @@ void bench_square(bench::Context& ctx, bool bf16) {
   }
   std::vector<PackedWeights> w(1);
   (void)pack_weights({.w = make_view(b.p, t, {N, K})}, &w[0]);
-  GemmParams p{.a = make_view(a.p, t, {M, K}), .c = make_view(c.p, t, {M, N})};
+  OptxRun optx({.a = make_view(a.p, t, {M, K}), .c = make_view(c.p, t, {M, N})}, w);
   const double flops = 2.0 * M * N * K;
   const double bytes = double(M * K + N * K + M * N) * double(es);
   const bench::Roof roof = bf16 ? bench::Roof::kBF16 : bench::Roof::kF32;
   bench::Record r{.op = "gemm", .case_ = shape_case(dt, M, N, K), .impl = "optx", .roof = roof};
   r.note = selected_impl("gemm");
-  r.peak_bytes = double(gemm_workspace_size(p));  // extra memory beyond inputs and output
-  ctx.add(r, time_optx(ctx, p, w), flops, bytes);
-
+  r.peak_bytes = double(optx.ws.size());  // extra memory beyond inputs and output
+  std::vector<std::function<void()>> fns = {std::ref(optx)};
+  std::vector<bench::Record> peers;
 #ifdef OPTX_HAVE_OPENBLAS
   if (!bf16) {
     openblas_set_num_threads(ctx.threads);
-    bench::Record o{.op = "gemm", .case_ = r.case_, .impl = "openblas", .roof = roof};
-    o.note = std::string("core=") + openblas_get_corename();
-    const auto tm = ctx.time_it([&] {
+    peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "openblas", .roof = roof});
+    peers.back().note = std::string("core=") + openblas_get_corename();
+    fns.push_back([&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a.as<float>(), int(K),
                   b.as<float>(), int(K), 0.0f, c.as<float>(), int(N));
     });
-    ctx.add(o, tm, flops, bytes);
   }
 #endif
 #ifdef OPTX_HAVE_ONEDNN
-  if (bf16) bench_onednn_bf16(ctx, r, M, N, K, a.p, b.p, c.p, 1, flops, bytes);
+  std::unique_ptr<OnednnBf16> dnn;
+  if (bf16) {
+    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.p, b.p, c.p, 1);
+    peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof});
+    peers.back().note = dnn->pd.impl_info_str();
+    fns.push_back(std::ref(*dnn));
+  }
 #endif
+  run_case(ctx, r, fns, peers, flops, bytes);
 }
 
 void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
@@ -153,17 +187,23 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
                        &pw);
   std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
   testing::fill_bf16(a.data(), M * K, rng);
-  GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}), .c = make_view(c.data(), DType::kBF16, {M, N})};
-  p.packed_b = &w[0][0];  // for the workspace size; time_optx rotates it
+  OptxRun optx({.a = make_view(a.data(), DType::kBF16, {M, K}), .c = make_view(c.data(), DType::kBF16, {M, N})}, w);
   const double flops = 2.0 * M * N * K;
   bench::Record r{.op = "gemm", .case_ = shape_case(dt, M, N, K), .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = std::to_string(copies) + " weight copies rotated";
-  r.peak_bytes = double(gemm_workspace_size(p));
-  ctx.add(r, time_optx(ctx, p, w), flops, wbytes);
-
+  r.peak_bytes = double(optx.ws.size());
+  std::vector<std::function<void()>> fns = {std::ref(optx)};
+  std::vector<bench::Record> peers;
 #ifdef OPTX_HAVE_ONEDNN
-  if (!i8) bench_onednn_bf16(ctx, r, M, N, K, a.data(), raw.data(), c.data(), copies, flops, wbytes);
+  std::unique_ptr<OnednnBf16> dnn;
+  if (!i8) {
+    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.data(), raw.data(), c.data(), copies);
+    peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = bench::Roof::kMemory});
+    peers.back().note = dnn->pd.impl_info_str();
+    fns.push_back(std::ref(*dnn));
+  }
 #endif
+  run_case(ctx, r, fns, peers, flops, wbytes);
 }
 
 void bench_gemm(bench::Context& ctx) {

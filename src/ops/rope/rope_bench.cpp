@@ -31,13 +31,12 @@ void bench_rope(bench::Context& ctx) {
   int set = 0;
   bench::Record r{.op = "rope", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = selected_impl("rope");
-  ctx.add(r, ctx.time_it([&] {
+  auto optx_fn = [&] {
     uint16_t* base = x[size_t(set++ % kSets)].data();
     (void)rope({.q = make_view(base, DType::kBF16, {T, Hq, D}, {H * D, D, 1}),
                 .k = make_view(base + Hq * D, DType::kBF16, {T, Hk, D}, {H * D, D, 1}),
                 .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin()});
-  }),
-          0, bytes);
+  };
 
   std::vector<float> cosr(static_cast<size_t>(T * D)), sinr(static_cast<size_t>(T * D));
   std::vector<uint16_t> rh(static_cast<size_t>(n)), a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
@@ -47,7 +46,7 @@ void bench_rope(bench::Context& ctx) {
   bb.note = "gather cos/sin, rotate_half, x*cos, rh*sin, add";
   const float* ct = static_cast<const float*>(table.cos().data);
   const float* st = static_cast<const float*>(table.sin().data);
-  ctx.add(bb, ctx.time_it([&] {
+  auto basic_fn = [&] {
     uint16_t* xs = x[size_t(set++ % kSets)].data();
 #pragma omp parallel for num_threads(th)
     for (int64_t t = 0; t < T; ++t) {
@@ -62,8 +61,10 @@ void bench_rope(bench::Context& ctx) {
     for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::mul_bf16_f32(rh.data() + r_ * D, sinr.data() + (r_ / H) * D, b.data() + r_ * D, D);
 #pragma omp parallel for num_threads(th)
     for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::add_bf16(a.data() + r_ * D, b.data() + r_ * D, xs + r_ * D, D);
-  }),
-          0, bytes);
+  };
+  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  ctx.add(r, tm[0], 0, bytes);
+  ctx.add(bb, tm[1], 0, bytes);
 }
 
 OPTX_REGISTER_BENCH("rope", bench_rope);
