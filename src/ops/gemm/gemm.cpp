@@ -252,28 +252,29 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           bp = bbuf;
         }
         // The next B micro-panel (packed weights are contiguous: the next K block, then the
-        // next panel) is pulled into L2 a slice per row slice, so its first slice finds it
-        // there instead of waiting on L3, without bursts of L3 traffic.
+        // next panel) is pulled into L2 a slice per row slice, one line per k step inside
+        // the kernel, so the first slice of the next block finds it in L2 instead of
+        // waiting on L3 — without a burst of prefetches that would stall the fill buffers.
         const char* next_b = nullptr;
-        size_t next_bytes = 0;
+        int64_t next_lines = 0;
         if (p.packed_b && mrows > kMR && (kb + pl.kc < K || j + 1 < r.p1)) {
           next_b = static_cast<const char*>(bp) + size_t(kcur) * kNR * besize;
-          next_bytes = size_t(std::min(pl.kc, K)) * kNR * besize;
+          next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
         }
         const int slices = (mrows + kMR - 1) / kMR;
         for (int ir = 0; ir < mrows; ir += kMR) {
           const int m = std::min(kMR, mrows - ir);
           const int64_t a_off = int64_t(ir) * pl.k_even + kb * kMR;  // same for f32 and pairs
+          Prefetch pf{.stream = ir == 0};
           if (next_b) {
-            const int s = ir / kMR;
-            const size_t lo = next_bytes * size_t(s) / size_t(slices) / 64 * 64;
-            const size_t hi = next_bytes * size_t(s + 1) / size_t(slices) / 64 * 64;
-            for (size_t o = lo; o < hi; o += 64) __builtin_prefetch(next_b + o, 0, 2);
+            const int64_t s = ir / kMR, lo = next_lines * s / slices, hi = next_lines * (s + 1) / slices;
+            pf.l2_next = next_b + 64 * lo;
+            pf.l2_lines = hi - lo;
           }
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0, ir == 0);
+            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0, pf);
           else
-            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0, ir == 0);
+            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0, pf);
         }
       }
       epilogue_panel(p, pl, kt, acc, row0, mrows, j, scales);

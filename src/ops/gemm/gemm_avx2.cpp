@@ -115,15 +115,15 @@ void kern_i8b_m(int64_t kc, const float* a, const void* b, float* acc, bool accu
 }
 
 void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc,
-              bool accumulate, bool /*stream: no software prefetch here*/) {
+              bool accumulate, const Prefetch& /*no software prefetch here*/) {
   OPTX_DISPATCH_M(kern_f32_m)
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
-                bool accumulate, bool /*stream: no software prefetch here*/) {
+                bool accumulate, const Prefetch& /*no software prefetch here*/) {
   OPTX_DISPATCH_M(kern_bf16b_m)
 }
 void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc,
-              bool accumulate, bool /*stream: no software prefetch here*/) {
+              bool accumulate, const Prefetch& /*no software prefetch here*/) {
   OPTX_DISPATCH_M(kern_i8b_m)
 }
 #undef OPTX_DISPATCH_M

@@ -57,13 +57,14 @@ OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const f
 
 template <int M, bool kStream>
 void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
-                bool accumulate) {
+                bool accumulate, const Prefetch& pf) {
   const float* b = static_cast<const float*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const float* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
+    if (k < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * k, _MM_HINT_T1);
     const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
                           _mm512_load_ps(bk + 48)};
     fma_row<M>(c, bb, a, k);
@@ -75,7 +76,7 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
 // one column, so "lane << 16" is the even-k value and "lane & 0xffff0000" the odd-k value.
 template <int M, bool kStream>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
-                  bool accumulate) {
+                  bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 c[M][4];
@@ -84,6 +85,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   for (int64_t k = 0; k < kc; k += 2) {
     const uint16_t* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
+    if (k < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * k, _MM_HINT_T1);
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
@@ -99,13 +101,14 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
 
 template <int M, bool kStream>
 void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
-                bool accumulate) {
+                bool accumulate, const Prefetch& pf) {
   const int8_t* b = static_cast<const int8_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 1);
+    if (k < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * k, _MM_HINT_T1);
     __m512 bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
@@ -137,16 +140,19 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
   }
 
 void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
-              bool stream) {
-  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate)
+              const Prefetch& pf) {
+  const bool stream = pf.stream;
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf)
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
-              bool stream) {
-  OPTX_DISPATCH_M(kern_bf16b_m, kc, a, b, acc, accumulate)
+                const Prefetch& pf) {
+  const bool stream = pf.stream;
+  OPTX_DISPATCH_M(kern_bf16b_m, kc, a, b, acc, accumulate, pf)
 }
 void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
-              bool stream) {
-  OPTX_DISPATCH_M(kern_i8b_m, kc, a, b, acc, accumulate)
+              const Prefetch& pf) {
+  const bool stream = pf.stream;
+  OPTX_DISPATCH_M(kern_i8b_m, kc, a, b, acc, accumulate, pf)
 }
 
 #ifdef __AVX512BF16__
@@ -154,7 +160,8 @@ void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool
 // instruction does the work of two FMAs and B needs no widening.
 // a: packed A micro-panel of bf16 pairs, [k/2][kMR][2]; an odd kc reads the zero pad.
 template <int M, bool kStream>
-void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate) {
+void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate,
+                   const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
@@ -162,6 +169,7 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* bk = b + p * 2 * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
+    if (p < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * p, _MM_HINT_T1);
     __m512bh bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);
@@ -178,8 +186,9 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 }
 
 [[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
-              bool stream) {
-  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate)
+                                  const Prefetch& pf) {
+  const bool stream = pf.stream;
+  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf)
 }
 #endif
 

@@ -25,12 +25,20 @@ inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile ro
 //   f32:  a[k * kMR + r]                (rows past m are zero)
 //   bf16: a[((k / 2) * kMR + r) * 2 + (k & 1)]   (pairs, as vdpbf16ps broadcasts them)
 // Both are zero-padded to an even K, so an odd kc may read one pair past K.
-// stream: this call is the first to read the B micro-panel (it comes from DRAM / L3), so
-// the kernel may prefetch ahead along it.
+// Prefetch hints for one call:
+//   stream    this call is the first to read the B micro-panel (it comes from DRAM / L3),
+//             so the kernel prefetches ahead along it;
+//   l2_next   `l2_lines` cache lines the driver wants pulled into L2 (a slice of the next
+//             B micro-panel), one per k step, spread through the call's compute.
+struct Prefetch {
+  bool stream = false;
+  const char* l2_next = nullptr;
+  int64_t l2_lines = 0;
+};
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
-                            bool accumulate, bool stream);
+                            bool accumulate, const Prefetch& pf);
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
-                             bool accumulate, bool stream);
+                             bool accumulate, const Prefetch& pf);
 
 struct EpilogueArgs {
   const float* acc;        // m x 64, row stride 64

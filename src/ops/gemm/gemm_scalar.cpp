@@ -14,7 +14,7 @@ void start_tile(int m, float* acc, bool accumulate) {
 }
 
 void kern_f32(int m, int64_t kc, const float* a, const void* bv, float* acc,
-              bool accumulate, bool /*stream: no software prefetch here*/) {
+              bool accumulate, const Prefetch& /*no software prefetch here*/) {
   start_tile(m, acc, accumulate);
   const float* b = static_cast<const float*>(bv);
   for (int r = 0; r < m; ++r) {
@@ -28,7 +28,7 @@ void kern_f32(int m, int64_t kc, const float* a, const void* bv, float* acc,
 }
 
 void kern_bf16b(int m, int64_t kc, const float* a, const void* bv, float* acc,
-                bool accumulate, bool /*stream: no software prefetch here*/) {
+                bool accumulate, const Prefetch& /*no software prefetch here*/) {
   start_tile(m, acc, accumulate);
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   for (int r = 0; r < m; ++r) {
@@ -42,7 +42,7 @@ void kern_bf16b(int m, int64_t kc, const float* a, const void* bv, float* acc,
 }
 
 void kern_i8b(int m, int64_t kc, const float* a, const void* bv, float* acc,
-              bool accumulate, bool /*stream: no software prefetch here*/) {
+              bool accumulate, const Prefetch& /*no software prefetch here*/) {
   start_tile(m, acc, accumulate);
   const int8_t* b = static_cast<const int8_t*>(bv);
   for (int r = 0; r < m; ++r) {
