@@ -1,7 +1,7 @@
 // `optx bench` rows for the cache-write family.
 //
-// kv_rms_norm_rope_cache, bf16, T = 4096 tokens of [512 | 64] (DeepSeek MLA), into random
-// slots of a 128 Ki-slot pool: optx against `basic`, the eager composition (norm as to_f32,
+// kv_rms_norm_rope_cache, bf16, T = 4096 tokens of [512 | 64] (DeepSeek MLA), written as
+// a prefill into 64-slot blocks scattered over a 128 Ki-slot pool: optx against `basic`, the eager composition (norm as to_f32,
 // pow, mean, * rsqrt, to_bf16, * w; rope as HF does it: de-interleave, gather cos/sin,
 // rotate_half, two products, add; then cat and index_copy into the cache). Bytes counted:
 // read kv, write the cache rows. Inputs rotate over 32 sets so the working set (inputs +
@@ -25,11 +25,17 @@ namespace {
 
 namespace bo = ::optx::bench::basic;
 
-std::vector<int32_t> random_slots(int64_t T, int64_t num_slots, testing::Rng& rng) {
+// Slots of a prefill in a paged cache: the tokens fill whole blocks of kBlock consecutive
+// slots, the blocks themselves scattered over the pool (distinct, random order), as a
+// long-running block pool hands them out.
+constexpr int64_t kBlock = 64;
+std::vector<int32_t> paged_slots(int64_t T, int64_t num_slots, testing::Rng& rng) {
+  const int64_t blocks = num_slots / kBlock, need = (T + kBlock - 1) / kBlock;
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) ids[size_t(b)] = int32_t(b);
+  for (int64_t b = 0; b < need; ++b) std::swap(ids[size_t(b)], ids[size_t(b + rng.below(blocks - b))]);
   std::vector<int32_t> s(static_cast<size_t>(T));
-  const int64_t stride = num_slots / T;  // distinct: one per stride window
-  for (int64_t t = 0; t < T; ++t) s[size_t(t)] = int32_t(t * stride + rng.below(stride));
-  for (int64_t t = T - 1; t > 0; --t) std::swap(s[size_t(t)], s[size_t(rng.below(t + 1))]);
+  for (int64_t t = 0; t < T; ++t) s[size_t(t)] = int32_t(ids[size_t(t / kBlock)] * kBlock + t % kBlock);
   return s;
 }
 
@@ -38,14 +44,14 @@ void bench_mla(bench::Context& ctx) {
   constexpr int kSets = 32;
   testing::Rng rng(17);
   KvBlockPool pool;
-  (void)KvBlockPool::create({.num_blocks = S / 64, .block_size = 64, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool);
+  (void)KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool);
   RopeTable table;
   (void)RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table);
   std::vector<std::vector<uint16_t>> kv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : kv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
-    slots.push_back(random_slots(T, S, rng));
+    slots.push_back(paged_slots(T, S, rng));
   }
   std::vector<uint16_t> w(static_cast<size_t>(R));
   testing::fill_bf16(w.data(), R, rng, 0.5f, 1.5f);
@@ -126,14 +132,14 @@ void bench_qkv(bench::Context& ctx) {
   constexpr int kSets = 3;
   testing::Rng rng(23);
   KvBlockPool pool;
-  (void)KvBlockPool::create({.num_blocks = S / 64, .block_size = 64, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool);
+  (void)KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool);
   RopeTable table;
   (void)RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table);
   std::vector<std::vector<uint16_t>> qkv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : qkv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
-    slots.push_back(random_slots(T, S, rng));
+    slots.push_back(paged_slots(T, S, rng));
   }
   std::vector<uint16_t> q(static_cast<size_t>(T * HQ * D));
   testing::fill_bf16(q.data(), T * HQ * D, rng);
