@@ -24,7 +24,9 @@ struct Avx512 {
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   // Horizontal sum in a fixed order (halves folded), so results are reproducible.
   OPTX_ALWAYS_INLINE static float reduce(F v) {
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    // Both halves by extract: GCC 12's _mm512_castps512_ps256 goes through an
+    // "undefined" vector that -Wuninitialized reports in some inlining contexts.
+    const __m256 h = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     q = _mm_add_ps(q, _mm_movehl_ps(q, q));
     q = _mm_add_ss(q, _mm_movehdup_ps(q));

@@ -16,20 +16,34 @@
 namespace optx::norm_detail::OPTX_ISA_NS {
 namespace {
 
+// Chunk c of W lanes accumulates into acc[c % 4]. The main loop is unrolled by four with
+// constant indices: a rotating index made GCC keep the accumulators on the stack, a
+// store-to-load round trip per vector (measured: rms_norm of 512-wide bf16 rows 121 ns per
+// row before, L2-resident).
 template <class V, class T>
 OPTX_ALWAYS_INLINE float row_sumsq(const T* x, int64_t H) {
-  typename V::F acc[4] = {V::zero(), V::zero(), V::zero(), V::zero()};
+  typename V::F a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
   int64_t i = 0;
+  for (; i + 4 * V::W <= H; i += 4 * V::W) {
+    const auto v0 = V::load(x + i), v1 = V::load(x + i + V::W), v2 = V::load(x + i + 2 * V::W),
+               v3 = V::load(x + i + 3 * V::W);
+    a0 = V::fmadd(v0, v0, a0);
+    a1 = V::fmadd(v1, v1, a1);
+    a2 = V::fmadd(v2, v2, a2);
+    a3 = V::fmadd(v3, v3, a3);
+  }
+  // Up to three more whole chunks (to a0, a1, a2), then the partial chunk to the next one.
+  typename V::F* next[4] = {&a0, &a1, &a2, &a3};
   int c = 0;
-  for (; i + V::W <= H; i += V::W, c = (c + 1) & 3) {
+  for (; i + V::W <= H; i += V::W, ++c) {
     const auto v = V::load(x + i);
-    acc[c] = V::fmadd(v, v, acc[c]);
+    *next[c] = V::fmadd(v, v, *next[c]);
   }
   if (i < H) {
     const auto v = V::load(x + i, int(H - i));
-    acc[c] = V::fmadd(v, v, acc[c]);
+    *next[c] = V::fmadd(v, v, *next[c]);
   }
-  return V::reduce(V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3])));
+  return V::reduce(V::add(V::add(a0, a1), V::add(a2, a3)));
 }
 
 OPTX_ALWAYS_INLINE float inv_rms(float sumsq, int64_t H, float eps) {
