@@ -231,7 +231,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     else
       pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
     // Single-row decode on packed weights: four panels per call, four DRAM streams.
-    const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : nullptr;
+    const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
     int64_t j = r.p0;
     if (mrows == 1 && p.packed_b && gemv4 && !use_dp) {
       for (; j + 4 <= r.p1; j += 4) {

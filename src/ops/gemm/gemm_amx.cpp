@@ -106,7 +106,8 @@ const KernelTable& kernels_amx() {
                              .amx_block = amx::amx_block,
                              .amx_release = amx::amx_release,
                              .gemv4_f32 = amx::gemv4_f32,
-                             .gemv4_i8b = amx::gemv4_i8b};
+                             .gemv4_i8b = amx::gemv4_i8b,
+                             .gemv4_bf16b = amx::gemv4_bf16b};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -10,7 +10,8 @@ const KernelTable& kernels_avx512() {
                              .bf16dp = nullptr,
                              .epilogue = avx512::epilogue,
                              .gemv4_f32 = avx512::gemv4_f32,
-                             .gemv4_i8b = avx512::gemv4_i8b};
+                             .gemv4_i8b = avx512::gemv4_i8b,
+                             .gemv4_bf16b = avx512::gemv4_bf16b};
   return t;
 }
 }  // namespace optx::gemm_detail

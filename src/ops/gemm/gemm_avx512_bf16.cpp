@@ -10,7 +10,8 @@ const KernelTable& kernels_avx512_bf16() {
                              .bf16dp = avx512_bf16::kern_bf16dp,
                              .epilogue = avx512_bf16::epilogue,
                              .gemv4_f32 = avx512_bf16::gemv4_f32,
-                             .gemv4_i8b = avx512_bf16::gemv4_i8b};
+                             .gemv4_i8b = avx512_bf16::gemv4_i8b,
+                             .gemv4_bf16b = avx512_bf16::gemv4_bf16b};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -226,6 +226,23 @@ void gemv4_f32(const Gemv4Args& g) {
   }, 1);
 }
 
+void gemv4_bf16b(const Gemv4Args& g) {
+  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
+  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {  // k even; odd K reads the zero pad
+    const __m512 a0 = _mm512_set1_ps(g.a[k * kMR]), a1 = _mm512_set1_ps(g.a[(k + 1) * kMR]);
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const uint16_t* bk = static_cast<const uint16_t*>(g.b[p]) + k * kNR;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_load_si512(bk + 32 * i);
+        c[p][i] = _mm512_fmadd_ps(a0, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), c[p][i]);
+        c[p][i] = _mm512_fmadd_ps(a1, _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), c[p][i]);
+      }
+    }
+  }, 2);
+}
+
 void gemv4_i8b(const Gemv4Args& g) {
   gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {
     const __m512 av = _mm512_set1_ps(g.a[k * kMR]);

@@ -75,7 +75,7 @@ struct KernelTable {
   void (*amx_block)(int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
-  Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr;
+  Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;
 };
 
 const KernelTable& kernels_scalar();
