@@ -2,6 +2,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -18,6 +19,31 @@ struct Avx2 {
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm256_add_ps(a, b); }
   OPTX_ALWAYS_INLINE static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm256_permute_ps(a, 0xB1); }
+  OPTX_ALWAYS_INLINE static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  OPTX_ALWAYS_INLINE static float reduce_max(F v) {
+    __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_max_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+  }
+  // As Avx512::exp (same polynomial); 2^n built in the exponent field.
+  OPTX_ALWAYS_INLINE static F exp(F x) {
+    const F t = _mm256_mul_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(1.44269504088896341f));
+    const F n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const F f = _mm256_sub_ps(t, n);
+    F p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    // n in [-126, 127] after the clamp: scale by building 2^n as (n + 127) << 23.
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    F r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    r = _mm256_blendv_ps(r, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+    return _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.5f), _CMP_GT_OQ));
+  }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   OPTX_ALWAYS_INLINE static float reduce(F v) {

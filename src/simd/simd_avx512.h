@@ -18,6 +18,26 @@ struct Avx512 {
   OPTX_ALWAYS_INLINE static F set1(float v) { return _mm512_set1_ps(v); }
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm512_add_ps(a, b); }
   OPTX_ALWAYS_INLINE static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  OPTX_ALWAYS_INLINE static float reduce_max(F v) { return _mm512_reduce_max_ps(v); }
+  // e^x: 2^(x log2 e) split into 2^n (exponent bits) times a degree-6 polynomial for 2^f,
+  // f in [-0.5, 0.5]; relative error < 2e-7. Inputs below -87 give 0 (so exp(-inf) = 0),
+  // above 88 give +inf.
+  OPTX_ALWAYS_INLINE static F exp(F x) {
+    const F t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(1.44269504088896341f));
+    const F n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const F f = _mm512_sub_ps(t, n);
+    F p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    F r = _mm512_scalef_ps(p, n);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), r, _mm512_setzero_ps());
+    return r;
+  }
   // Swaps lanes 2i and 2i+1 (adjacent pairs).
   OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm512_permute_ps(a, 0xB1); }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }

@@ -1,0 +1,699 @@
+// Attention ops: validate -> cut into jobs (attention_internal.h) -> run them on all
+// threads (dynamic schedule: causal jobs differ in cost; the longest start first) -> for
+// split-KV decode, merge the partials by log-sum-exp. A job's result does not depend on
+// the thread that runs it, so outputs are bitwise repeatable at any thread count.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/log.h"
+#include "ops/attention/attention_internal.h"
+
+namespace optx {
+namespace attn_detail {
+namespace {
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t esize(DType t) { return dtype_size(t); }
+
+Status check_tensor(const char* op, const TensorView& t, const char* name, int rank) {
+  if (t.rank != rank) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " but must be ", rank);
+  for (int d = 0; d < rank; ++d)
+    if (t.sizes[d] < 0 || t.strides[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, " has a negative size or stride in dim ", d);
+  if (t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", rank - 1, "]=", t.strides[rank - 1], " but must be 1");
+  if (t.numel() > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
+}
+
+// Sequence geometry of one tensor: element offset of (b, pos, head) = base + pos*ps + head*hs.
+struct Seq {
+  int64_t base = 0, ps = 0, hs = 0, len = 0;
+};
+
+// ---- the parallel driver ------------------------------------------------------------------
+// Per-thread scratch: one job's floats; jobs made on the fly by make(idx, job).
+template <class Make>
+void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, size_t per_thread, const Make& make) {
+  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), njobs)));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* scratch = reinterpret_cast<float*>(ws + size_t(omp_get_thread_num()) * per_thread);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t idx = 0; idx < njobs; ++idx) {
+      Job job;
+      make(idx, job);
+      k.run_job(c, job, scratch);
+    }
+  }
+}
+
+size_t scratch_bytes(int64_t D, int64_t Dv) { return align_up(size_t(job_scratch_floats(D, Dv)) * sizeof(float)); }
+
+// Rows per job: the heads of a GQA group times as many query positions as fit.
+void row_tiling(int64_t G, int64_t* heads_per_job, int64_t* q_per_job) {
+  *heads_per_job = std::min<int64_t>(G, kMaxRows);
+  *q_per_job = std::max<int64_t>(1, kMaxRows / *heads_per_job);
+}
+
+// Job index -> (head chunk, query tile, split) within one (batch, kv head); query tiles
+// in reverse so that, under a causal mask, the jobs with the most keys come first.
+struct Tile {
+  int64_t hc, qt, sp;
+};
+Tile tile_of(int64_t idx, int64_t head_chunks, int64_t q_tiles, int64_t splits) {
+  Tile t;
+  t.sp = idx % splits;
+  idx /= splits;
+  t.qt = q_tiles - 1 - idx % q_tiles;
+  t.hc = idx / q_tiles;
+  (void)head_chunks;
+  return t;
+}
+
+// ---- flash attention --------------------------------------------------------------------
+struct FlashGeo {
+  int64_t B = 0, Nq = 0, Nkv = 0, D = 0, Dv = 0, Sq = 0, Skv = 0;
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_kv = nullptr;
+  int64_t sq(int64_t b) const { return cu_q ? cu_q[b + 1] - cu_q[b] : Sq; }
+  int64_t skv(int64_t b) const { return cu_kv ? cu_kv[b + 1] - cu_kv[b] : Skv; }
+};
+
+FlashGeo flash_geo_of(const FlashAttentionParams& p) {
+  FlashGeo g;
+  if (p.layout == AttnLayout::kTND) {
+    g.B = p.cu_seqlens_q.sizes[0] - 1;
+    g.Nq = p.q.sizes[1], g.D = p.q.sizes[2];
+    g.Nkv = p.k.sizes[1], g.Dv = p.v.sizes[2];
+    g.cu_q = static_cast<const int32_t*>(p.cu_seqlens_q.data);
+    g.cu_kv = static_cast<const int32_t*>(p.cu_seqlens_kv.data);
+  } else {
+    const bool bsnd = p.layout == AttnLayout::kBSND;
+    g.B = p.q.sizes[0];
+    g.Nq = bsnd ? p.q.sizes[2] : p.q.sizes[1];
+    g.Sq = bsnd ? p.q.sizes[1] : p.q.sizes[2];
+    g.Nkv = bsnd ? p.k.sizes[2] : p.k.sizes[1];
+    g.Skv = bsnd ? p.k.sizes[1] : p.k.sizes[2];
+    g.D = p.q.sizes[3], g.Dv = p.v.sizes[3];
+  }
+  return g;
+}
+
+Seq seq_of(const TensorView& t, AttnLayout layout, const FlashGeo& g, bool is_q, int64_t b) {
+  Seq s;
+  if (layout == AttnLayout::kTND) {
+    const int32_t* cu = is_q ? g.cu_q : g.cu_kv;
+    s.base = int64_t(cu[b]) * t.strides[0];
+    s.ps = t.strides[0];
+    s.hs = t.strides[1];
+  } else {
+    s.base = b * t.strides[0];
+    const bool bsnd = layout == AttnLayout::kBSND;
+    s.ps = bsnd ? t.strides[1] : t.strides[2];
+    s.hs = bsnd ? t.strides[2] : t.strides[1];
+  }
+  s.len = is_q ? g.sq(b) : g.skv(b);
+  return s;
+}
+
+Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
+  constexpr const char* op = "flash_attention";
+  const bool tnd = p.layout == AttnLayout::kTND;
+  const int rank = tnd ? 3 : 4;
+  if (p.layout != AttnLayout::kBSND && p.layout != AttnLayout::kBNSD && !tnd)
+    return Error(StatusCode::kInvalidArgument, op, ": layout=", int(p.layout), " is not an AttnLayout");
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.q, "q", rank));
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.k, "k", rank));
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.v, "v", rank));
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.out, "out", rank));
+  if (p.q.dtype != DType::kF32 && p.q.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": q.dtype=", dtype_name(p.q.dtype), " but must be f32 or bf16");
+  for (const auto* t : {&p.k, &p.v, &p.out})
+    if (t->dtype != p.q.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": ", t == &p.k ? "k" : t == &p.v ? "v" : "out", ".dtype=", dtype_name(t->dtype),
+                   " but q.dtype=", dtype_name(p.q.dtype));
+  if (tnd) {
+    for (const auto* cu : {&p.cu_seqlens_q, &p.cu_seqlens_kv}) {
+      const char* n = cu == &p.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_kv";
+      if (cu->rank != 1 || cu->sizes[0] < 1 || cu->dtype != DType::kI32 || !cu->data || (cu->sizes[0] > 1 && cu->strides[0] != 1))
+        return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be contiguous i32 [B + 1]");
+    }
+    if (p.cu_seqlens_q.sizes[0] != p.cu_seqlens_kv.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens_q has ", p.cu_seqlens_q.sizes[0], " entries but cu_seqlens_kv ",
+                   p.cu_seqlens_kv.sizes[0]);
+    if (!p.mask.empty() || !p.bias.empty())
+      return Error(StatusCode::kInvalidArgument, op, ": mask and bias are not supported with the TND layout");
+  }
+  *g = flash_geo_of(p);
+  if (tnd) {
+    const int32_t* cq = g->cu_q;
+    const int32_t* ck = g->cu_kv;
+    if (cq[0] != 0 || ck[0] != 0) return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens must start at 0");
+    for (int64_t b = 0; b < g->B; ++b) {
+      if (cq[b + 1] < cq[b] || ck[b + 1] < ck[b])
+        return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens must not decrease (batch ", b, ")");
+    }
+    if (cq[g->B] != p.q.sizes[0] || ck[g->B] != p.k.sizes[0] || p.v.sizes[0] != p.k.sizes[0] || p.out.sizes[0] != p.q.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens_q[B]=", cq[g->B], " / cu_seqlens_kv[B]=", ck[g->B],
+                   " must equal the token counts of q / out (", p.q.sizes[0], ") and k / v (", p.k.sizes[0], ")");
+  } else {
+    const bool bsnd = p.layout == AttnLayout::kBSND;
+    const int sd = bsnd ? 1 : 2, nd = bsnd ? 2 : 1;
+    if (p.k.sizes[0] != g->B || p.v.sizes[0] != g->B || p.out.sizes[0] != g->B)
+      return Error(StatusCode::kInvalidArgument, op, ": batch sizes differ: q ", g->B, ", k ", p.k.sizes[0], ", v ", p.v.sizes[0],
+                   ", out ", p.out.sizes[0]);
+    if (p.v.sizes[sd] != g->Skv || p.v.sizes[nd] != g->Nkv)
+      return Error(StatusCode::kInvalidArgument, op, ": v has Skv=", p.v.sizes[sd], ", Nkv=", p.v.sizes[nd], " but k has ", g->Skv, ", ",
+                   g->Nkv);
+    if (p.out.sizes[sd] != g->Sq || p.out.sizes[nd] != g->Nq)
+      return Error(StatusCode::kInvalidArgument, op, ": out has S=", p.out.sizes[sd], ", N=", p.out.sizes[nd], " but q has ", g->Sq,
+                   ", ", g->Nq);
+  }
+  const int last = rank - 1;
+  if (p.k.sizes[last] != g->D)
+    return Error(StatusCode::kInvalidArgument, op, ": k.sizes[", last, "]=", p.k.sizes[last], " but q.sizes[", last, "]=", g->D,
+                 ": head dims must match");
+  if (p.out.sizes[last] != g->Dv)
+    return Error(StatusCode::kInvalidArgument, op, ": out.sizes[", last, "]=", p.out.sizes[last], " but v.sizes[", last, "]=", g->Dv);
+  if (g->D < 1 || g->D > kMaxHeadDim || g->Dv < 1 || g->Dv > kMaxHeadDim)
+    return Error(StatusCode::kInvalidArgument, op, ": head dims D=", g->D, ", Dv=", g->Dv, " must be in [1, ", kMaxHeadDim, "]");
+  if (g->Nkv < 1 || g->Nq % g->Nkv != 0)
+    return Error(StatusCode::kInvalidArgument, op, ": q heads Nq=", g->Nq, " must be a multiple of kv heads Nkv=", g->Nkv);
+  if (!p.lse.empty()) {
+    const int lr = tnd ? 2 : 3;
+    OPTX_RETURN_IF_ERROR(check_tensor(op, p.lse, "lse", lr));
+    const bool ok = p.lse.dtype == DType::kF32 &&
+                    (tnd ? (p.lse.sizes[0] == g->Nq && p.lse.sizes[1] == p.q.sizes[0])
+                         : (p.lse.sizes[0] == g->B && p.lse.sizes[1] == g->Nq && p.lse.sizes[2] == g->Sq));
+    if (!ok) return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 ", tnd ? "[Nq, Tq]" : "[B, Nq, Sq]");
+  }
+  for (const auto* t : {&p.mask, &p.bias}) {
+    if (t->empty()) continue;
+    const char* n = t == &p.mask ? "mask" : "bias";
+    if (t->rank != 4 || t->dtype != (t == &p.mask ? DType::kI8 : DType::kF32))
+      return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be ", t == &p.mask ? "i8" : "f32", " [B|1, N|1, Sq, Skv]");
+    if ((t->sizes[0] != 1 && t->sizes[0] != g->B) || (t->sizes[1] != 1 && t->sizes[1] != g->Nq) || t->sizes[2] != g->Sq ||
+        t->sizes[3] != g->Skv)
+      return Error(StatusCode::kInvalidArgument, op, ": ", n, ".sizes=[", t->sizes[0], ", ", t->sizes[1], ", ", t->sizes[2], ", ",
+                   t->sizes[3], "] must broadcast to [B=", g->B, ", Nq=", g->Nq, ", Sq=", g->Sq, ", Skv=", g->Skv, "]");
+    for (int d = 0; d < 4; ++d)
+      if (t->strides[d] < 0) return Error(StatusCode::kInvalidArgument, op, ": ", n, " has a negative stride");
+    if (!t->data && t->numel() > 0) return Error(StatusCode::kInvalidArgument, op, ": ", n, ".data is null");
+  }
+  if (!p.sinks.empty() && (p.sinks.rank != 1 || p.sinks.sizes[0] != g->Nq || p.sinks.dtype != DType::kF32 || !p.sinks.data))
+    return Error(StatusCode::kInvalidArgument, op, ": sinks must be f32 [Nq=", g->Nq, "]");
+  if (p.softcap < 0.0f || !(std::isfinite(p.scale)))
+    return Error(StatusCode::kInvalidArgument, op, ": softcap=", p.softcap, " must be >= 0 and scale finite");
+  return Status::Ok();
+}
+
+
+// Jobs of flash attention: per batch, per kv head, per head chunk and query tile.
+struct FlashJobs {
+  const FlashAttentionParams* p = nullptr;
+  FlashGeo g;
+  Config cfg;
+  int64_t heads_per_job = 1, q_per_job = 1, head_chunks = 1;
+  int64_t q_tiles(int64_t b) const { return (g.sq(b) + q_per_job - 1) / q_per_job; }
+  int64_t per_batch(int64_t b) const { return g.Nkv * head_chunks * q_tiles(b); }
+  int64_t total() const {
+    int64_t n = 0;
+    for (int64_t b = 0; b < g.B; ++b) n += per_batch(b);
+    return n;
+  }
+  void make(int64_t idx, Job& job) const {
+    int64_t b = 0;
+    while (idx >= per_batch(b)) idx -= per_batch(b++);
+    const int64_t qt_n = q_tiles(b);
+    const int64_t per_head = head_chunks * qt_n;
+    const int64_t kvh = idx / per_head;
+    const Tile t = tile_of(idx % per_head, head_chunks, qt_n, 1);
+    const FlashAttentionParams& P = *p;
+    const Seq qs = seq_of(P.q, P.layout, g, true, b), ks = seq_of(P.k, P.layout, g, false, b),
+              vs = seq_of(P.v, P.layout, g, false, b), os = seq_of(P.out, P.layout, g, true, b);
+    const size_t es = esize(P.q.dtype);
+    auto ptr = [&](const TensorView& tv, int64_t off) { return static_cast<uint8_t*>(tv.data) + size_t(off) * es; };
+    job.kv = KvView{};
+    job.kv.k = ptr(P.k, ks.base + kvh * ks.hs);
+    job.kv.v = ptr(P.v, vs.base + kvh * vs.hs);
+    job.kv.k_rs = ks.ps;
+    job.kv.v_rs = vs.ps;
+    job.kv_begin = 0;
+    job.kv_end = ks.len;
+    job.offset = ks.len - qs.len;
+    const int64_t G = g.Nq / g.Nkv;
+    const int64_t h0 = kvh * G + t.hc * heads_per_job;
+    const int64_t h1 = std::min(kvh * G + G, h0 + heads_per_job);
+    const int64_t i0 = t.qt * q_per_job, i1 = std::min(qs.len, i0 + q_per_job);
+    job.nrows = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t h = h0; h < h1; ++h) {
+        Row& r = job.rows[job.nrows++];
+        r = Row{};
+        r.q = ptr(P.q, qs.base + i * qs.ps + h * qs.hs);
+        r.out = ptr(P.out, os.base + i * os.ps + h * os.hs);
+        r.qpos = i;
+        if (!P.lse.empty()) {
+          float* l = static_cast<float*>(P.lse.data);
+          r.lse = P.layout == AttnLayout::kTND ? l + h * P.lse.strides[0] + (g.cu_q[b] + i) * P.lse.strides[1]
+                                               : l + b * P.lse.strides[0] + h * P.lse.strides[1] + i * P.lse.strides[2];
+        }
+        if (!P.sinks.empty()) r.sink = static_cast<const float*>(P.sinks.data)[h * P.sinks.strides[0]];
+        if (!P.mask.empty()) {
+          const TensorView& m = P.mask;
+          r.mask = static_cast<const int8_t*>(m.data) + (m.sizes[0] == 1 ? 0 : b * m.strides[0]) +
+                   (m.sizes[1] == 1 ? 0 : h * m.strides[1]) + i * m.strides[2];
+          r.mask_cs = m.strides[3];
+        }
+        if (!P.bias.empty()) {
+          const TensorView& m = P.bias;
+          r.bias = static_cast<const float*>(m.data) + (m.sizes[0] == 1 ? 0 : b * m.strides[0]) +
+                   (m.sizes[1] == 1 ? 0 : h * m.strides[1]) + i * m.strides[2];
+          r.bias_cs = m.strides[3];
+        }
+      }
+  }
+};
+
+FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g) {
+  FlashJobs j;
+  j.p = &p;
+  j.g = g;
+  row_tiling(g.Nq / g.Nkv, &j.heads_per_job, &j.q_per_job);
+  j.head_chunks = (g.Nq / g.Nkv + j.heads_per_job - 1) / j.heads_per_job;
+  j.cfg.bf16 = p.q.dtype == DType::kBF16;
+  j.cfg.D = g.D;
+  j.cfg.Dv = g.Dv;
+  j.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(g.D));
+  j.cfg.softcap = p.softcap;
+  j.cfg.causal = p.causal;
+  j.cfg.window_left = p.window_left;
+  j.cfg.window_right = p.window_right;
+  return j;
+}
+
+// ---- paged decode (standard and MLA) ---------------------------------------------------------
+struct DecodeJobs {
+  Config cfg;
+  int64_t B = 0, Sq = 0, Nq = 0, Nkv = 0, G = 0, heads_per_job = 1, q_per_job = 1, head_chunks = 1, q_tiles = 1;
+  int64_t splits = 1;
+  const TensorView* q = nullptr;
+  const TensorView* out = nullptr;
+  const TensorView* lse = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_rs = 0, v_rs = 0, k_hs = 0, v_hs = 0;  // slot stride and per-kv-head offset
+  const int32_t* tables = nullptr;
+  int64_t table_stride = 0, block_size = 0;
+  const int32_t* seq_lens = nullptr;
+  float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
+  int64_t rows_total() const { return B * Sq * Nq; }
+  int64_t per_seq() const { return Nkv * head_chunks * q_tiles * splits; }
+  int64_t total() const { return B * per_seq(); }
+  int64_t row_id(int64_t b, int64_t i, int64_t h) const { return (b * Sq + i) * Nq + h; }
+  float* part_of(int64_t row, int64_t sp) const { return part + (row * splits + sp) * (cfg.Dv + 1); }
+
+  void make(int64_t idx, Job& job) const {
+    const int64_t b = idx / per_seq();
+    idx %= per_seq();
+    const int64_t per_head = head_chunks * q_tiles * splits;
+    const int64_t kvh = idx / per_head;
+    const Tile t = tile_of(idx % per_head, head_chunks, q_tiles, splits);
+    const int64_t L = seq_lens[b];
+    const size_t es = cfg.bf16 ? 2 : 4;
+    job.kv = KvView{};
+    job.kv.k = static_cast<const uint8_t*>(k) + size_t(kvh * k_hs) * es;
+    job.kv.v = static_cast<const uint8_t*>(v) + size_t(kvh * v_hs) * es;
+    job.kv.k_rs = k_rs;
+    job.kv.v_rs = v_rs;
+    job.kv.table = tables + b * table_stride;
+    job.kv.block_size = block_size;
+    // Split sp covers a contiguous range of whole KV blocks.
+    const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
+    job.kv_begin = std::min(L, nblk * t.sp / splits * kKvBlock);
+    job.kv_end = std::min(L, nblk * (t.sp + 1) / splits * kKvBlock);
+    job.offset = L - Sq;
+    const int64_t h0 = kvh * G + t.hc * heads_per_job, h1 = std::min(kvh * G + G, h0 + heads_per_job);
+    const int64_t i0 = t.qt * q_per_job, i1 = std::min(Sq, i0 + q_per_job);
+    job.nrows = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t h = h0; h < h1; ++h) {
+        Row& r = job.rows[job.nrows++];
+        r = Row{};
+        r.qpos = i;
+        r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
+        if (splits > 1) {
+          float* pp = part_of(row_id(b, i, h), t.sp);
+          r.part_out = pp;
+          r.lse = pp + cfg.Dv;
+        } else {
+          r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
+          if (!lse->empty())
+            r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
+        }
+      }
+  }
+};
+
+Status decode_validate_common(const char* op, const TensorView& q, const TensorView& tables, const TensorView& lens,
+                              int64_t block_size, int64_t num_slots, const TensorView& out, const TensorView& lse, int64_t Dv) {
+  OPTX_RETURN_IF_ERROR(check_tensor(op, q, "q", 4));
+  OPTX_RETURN_IF_ERROR(check_tensor(op, out, "out", 4));
+  if (q.dtype != DType::kF32 && q.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": q.dtype=", dtype_name(q.dtype), " but must be f32 or bf16");
+  const int64_t B = q.sizes[0], Sq = q.sizes[1], Nq = q.sizes[2];
+  if (Sq < 1 || Sq > 8) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[1]=", Sq, " new tokens must be in [1, 8]");
+  if (out.sizes[0] != B || out.sizes[1] != Sq || out.sizes[2] != Nq || out.sizes[3] != Dv || out.dtype != q.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": out must be ", dtype_name(q.dtype), " [B=", B, ", Sq=", Sq, ", Nq=", Nq,
+                 ", Dv=", Dv, "]");
+  if (!lse.empty()) {
+    OPTX_RETURN_IF_ERROR(check_tensor(op, lse, "lse", 3));
+    if (lse.dtype != DType::kF32 || lse.sizes[0] != B || lse.sizes[1] != Nq || lse.sizes[2] != Sq)
+      return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [B, Nq, Sq]");
+  }
+  if (tables.rank != 2 || tables.dtype != DType::kI32 || tables.sizes[0] != B || (tables.sizes[1] > 1 && tables.strides[1] != 1) ||
+      (B > 0 && !tables.data))
+    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B=", B, ", max_blocks] with contiguous rows");
+  if (lens.rank != 1 || lens.dtype != DType::kI32 || lens.sizes[0] != B || (B > 1 && lens.strides[0] != 1) || (B > 0 && !lens.data))
+    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "]");
+  if (block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", block_size, " must be >= 1");
+  const int64_t num_blocks = num_slots / block_size, max_blocks = tables.sizes[1];
+  const int32_t* t = static_cast<const int32_t*>(tables.data);
+  const int32_t* l = static_cast<const int32_t*>(lens.data);
+  for (int64_t b = 0; b < B; ++b) {
+    if (l[b] < Sq || l[b] > max_blocks * block_size)
+      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", l[b], " must be in [Sq=", Sq,
+                   ", max_blocks * block_size = ", max_blocks * block_size, "]");
+    for (int64_t j = 0; j * block_size < l[b]; ++j) {
+      const int32_t id = t[b * tables.strides[0] + j];
+      if (id < 0 || id >= num_blocks)
+        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Splits the KV axis when there are fewer jobs than threads, so every core streams.
+int64_t decode_splits(const DecodeJobs& d) {
+  const int64_t jobs = d.B * d.Nkv * d.head_chunks * d.q_tiles;
+  const int T = num_threads();
+  if (jobs >= T) return 1;
+  int64_t max_len = 0;
+  for (int64_t b = 0; b < d.B; ++b) max_len = std::max<int64_t>(max_len, d.seq_lens[b]);
+  const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
+  return std::max<int64_t>(1, std::min<int64_t>({(T + jobs - 1) / jobs, blocks, int64_t(64)}));
+}
+
+size_t decode_workspace(const DecodeJobs& d) {
+  size_t bytes = scratch_bytes(d.cfg.D, d.cfg.Dv) * size_t(num_threads()) + kAlign;
+  if (d.splits > 1) bytes += align_up(size_t(d.rows_total() * d.splits * (d.cfg.Dv + 1)) * sizeof(float));
+  return bytes;
+}
+
+// Merges split partials row by row (the attention_update rule).
+template <class T>
+void merge_rows(const DecodeJobs& d) {
+  const int64_t Dv = d.cfg.Dv;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t row = 0; row < d.rows_total(); ++row) {
+    const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
+    float m = -INFINITY;
+    for (int64_t sp = 0; sp < d.splits; ++sp) m = std::max(m, d.part_of(row, sp)[Dv]);
+    T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
+                                size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
+    float* lse = d.lse->empty() ? nullptr
+                                : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
+    if (m == -INFINITY) {
+      for (int64_t x = 0; x < Dv; ++x) o[x] = T(0);
+      if (lse) *lse = -INFINITY;
+      continue;
+    }
+    float w[64];
+    double sum = 0;
+    for (int64_t sp = 0; sp < d.splits; ++sp) sum += (w[sp] = std::exp(d.part_of(row, sp)[Dv] - m));
+    for (int64_t x = 0; x < Dv; ++x) {
+      double acc = 0;
+      for (int64_t sp = 0; sp < d.splits; ++sp)
+        if (w[sp] != 0.0f) acc += double(w[sp]) * d.part_of(row, sp)[x];
+      const float v = float(acc / sum);
+      if constexpr (sizeof(T) == 2) o[x] = f32_to_bf16(v);
+      else o[x] = v;
+    }
+    if (lse) *lse = m + float(std::log(sum));
+  }
+}
+
+Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op) {
+  const size_t need = decode_workspace(d);
+  if (ws.bytes < need || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the op needs ", need, " (at ", num_threads(),
+                 " threads)");
+  uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  const size_t per_thread = scratch_bytes(d.cfg.D, d.cfg.Dv);
+  d.part = d.splits > 1 ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
+  Config c = d.cfg;
+  c.partial = d.splits > 1;
+  run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job) { d.make(idx, job); });
+  if (d.splits > 1) {
+    if (d.cfg.bf16) merge_rows<uint16_t>(d);
+    else merge_rows<float>(d);
+  }
+  return Status::Ok();
+}
+
+void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, const TensorView& lse, const TensorView& tables,
+                   const TensorView& lens, int64_t block_size) {
+  d.B = q.sizes[0], d.Sq = q.sizes[1], d.Nq = q.sizes[2];
+  d.G = d.Nq / std::max<int64_t>(d.Nkv, 1);
+  d.cfg.bf16 = q.dtype == DType::kBF16;
+  d.cfg.causal = true;  // among the new tokens; every earlier position is visible
+  row_tiling(d.G, &d.heads_per_job, &d.q_per_job);
+  d.head_chunks = (d.G + d.heads_per_job - 1) / d.heads_per_job;
+  d.q_tiles = (d.Sq + d.q_per_job - 1) / d.q_per_job;
+  d.q = &q, d.out = &out, d.lse = &lse;
+  d.tables = static_cast<const int32_t*>(tables.data);
+  d.table_stride = tables.strides[0];
+  d.block_size = block_size;
+  d.seq_lens = static_cast<const int32_t*>(lens.data);
+  d.splits = 1;
+  if (d.B > 0) d.splits = decode_splits(d);
+}
+
+DecodeJobs paged_jobs(const PagedDecodeParams& p) {
+  DecodeJobs d;
+  const int64_t D = p.q.sizes[3];
+  d.Nkv = p.kv_heads;
+  d.cfg.D = D;
+  d.cfg.Dv = p.v_cache.sizes[1] / p.kv_heads;
+  d.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(D));
+  d.k = p.k_cache.data, d.v = p.v_cache.data;
+  d.k_rs = p.k_cache.strides[0], d.v_rs = p.v_cache.strides[0];
+  d.k_hs = D, d.v_hs = d.cfg.Dv;
+  decode_common(d, p.q, p.out, p.lse, p.block_tables, p.seq_lens, p.block_size);
+  return d;
+}
+
+Status paged_validate(const PagedDecodeParams& p) {
+  constexpr const char* op = "paged_decode_attention";
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.k_cache, "k_cache", 2));
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.v_cache, "v_cache", 2));
+  if (p.q.rank != 4) return Error(StatusCode::kInvalidArgument, op, ": q.rank=", p.q.rank, " but must be 4 ([B, Sq, Nq, D])");
+  const int64_t Nq = p.q.sizes[2], D = p.q.sizes[3];
+  if (p.kv_heads < 1 || Nq % p.kv_heads)
+    return Error(StatusCode::kInvalidArgument, op, ": kv_heads=", p.kv_heads, " must be >= 1 and divide Nq=", Nq);
+  if (p.k_cache.sizes[1] != p.kv_heads * D)
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but kv_heads * D = ", p.kv_heads * D);
+  if (p.v_cache.sizes[1] % p.kv_heads || p.v_cache.sizes[0] != p.k_cache.sizes[0])
+    return Error(StatusCode::kInvalidArgument, op, ": v_cache must be [num_slots=", p.k_cache.sizes[0], ", kv_heads * Dv]");
+  if (p.k_cache.dtype != p.q.dtype || p.v_cache.dtype != p.q.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache / v_cache dtype must be q.dtype=", dtype_name(p.q.dtype));
+  const int64_t Dv = p.v_cache.sizes[1] / p.kv_heads;
+  if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
+    return Error(StatusCode::kInvalidArgument, op, ": head dims D=", D, ", Dv=", Dv, " must be in [1, ", kMaxHeadDim, "]");
+  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv);
+}
+
+DecodeJobs mla_jobs(const MlaDecodeParams& p) {
+  DecodeJobs d;
+  const int64_t W = p.q.sizes[3];
+  d.Nkv = 1;
+  d.cfg.D = W;
+  d.cfg.Dv = p.kv_lora_rank;
+  d.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(W));
+  d.k = d.v = p.cache.data;  // V is the first kv_lora_rank values of the same row
+  d.k_rs = d.v_rs = p.cache.strides[0];
+  decode_common(d, p.q, p.out, p.lse, p.block_tables, p.seq_lens, p.block_size);
+  return d;
+}
+
+Status mla_validate(const MlaDecodeParams& p) {
+  constexpr const char* op = "mla_decode_attention";
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.cache, "cache", 2));
+  if (p.q.rank != 4) return Error(StatusCode::kInvalidArgument, op, ": q.rank=", p.q.rank, " but must be 4 ([B, Sq, Nq, rank + rope])");
+  const int64_t W = p.q.sizes[3];
+  if (p.kv_lora_rank < 1 || p.kv_lora_rank >= W)
+    return Error(StatusCode::kInvalidArgument, op, ": kv_lora_rank=", p.kv_lora_rank, " must be in [1, q.sizes[3]=", W, ")");
+  if (W > kMaxHeadDim) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[3]=", W, " exceeds ", kMaxHeadDim);
+  if (p.cache.sizes[1] != W || p.cache.dtype != p.q.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": cache must be ", dtype_name(p.q.dtype), " [num_slots, ", W, "], got [",
+                 p.cache.sizes[0], ", ", p.cache.sizes[1], "] ", dtype_name(p.cache.dtype));
+  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank);
+}
+
+// ---- registries -----------------------------------------------------------------------------
+void reference_job(const Config& c, const Job& j, float*) { run_job_reference(c, j); }
+const Kernels& kernels_reference() {
+  static const Kernels k{reference_job};
+  return k;
+}
+
+// One kernel table per ISA serves every attention op; each op keeps its own registry so
+// OPTX_IMPL can force one op's implementation.
+dispatch::Registry<KernelsFn> make_registry(const char* op) {
+  return dispatch::Registry<KernelsFn>(op, {{"avx512_bf16", Isa::kAvx512Bf16, kernels_avx512_bf16},
+                                            {"avx512", Isa::kAvx512, kernels_avx512},
+                                            {"avx2", Isa::kAvx2, kernels_avx2},
+                                            {"scalar", Isa::kScalar, kernels_scalar},
+                                            {"reference", Isa::kScalar, kernels_reference}});
+}
+
+std::string flash_selected() { return flash_registry().selected_name(); }
+std::string paged_selected() { return paged_registry().selected_name(); }
+std::string mla_selected() { return mla_registry().selected_name(); }
+std::string update_selected() { return "generic"; }
+[[maybe_unused]] const bool registered = [] {
+  dispatch::register_op("flash_attention", flash_selected);
+  dispatch::register_op("paged_decode_attention", paged_selected);
+  dispatch::register_op("mla_decode_attention", mla_selected);
+  dispatch::register_op("attention_update", update_selected);
+  return true;
+}();
+
+}  // namespace
+
+const dispatch::Registry<KernelsFn>& flash_registry() {
+  static const auto r = make_registry("flash_attention");
+  return r;
+}
+const dispatch::Registry<KernelsFn>& paged_registry() {
+  static const auto r = make_registry("paged_decode_attention");
+  return r;
+}
+const dispatch::Registry<KernelsFn>& mla_registry() {
+  static const auto r = make_registry("mla_decode_attention");
+  return r;
+}
+
+Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) {
+  FlashGeo g;
+  OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
+  const FlashJobs jobs = flash_jobs(p, g);
+  const size_t per_thread = scratch_bytes(g.D, g.Dv);
+  const size_t need = per_thread * size_t(num_threads()) + kAlign;
+  if (ws.bytes < need || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
+                 " but flash_attention_workspace_size()=", need, " (at ", num_threads(), " threads)");
+  uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  run_jobs(k, jobs.cfg, jobs.total(), base, per_thread, [&](int64_t idx, Job& job) { jobs.make(idx, job); });
+  return Status::Ok();
+}
+
+Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws) {
+  OPTX_RETURN_IF_ERROR(paged_validate(p));
+  DecodeJobs d = paged_jobs(p);
+  return run_decode(k, d, ws, "paged_decode_attention");
+}
+
+Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
+  OPTX_RETURN_IF_ERROR(mla_validate(p));
+  DecodeJobs d = mla_jobs(p);
+  return run_decode(k, d, ws, "mla_decode_attention");
+}
+
+size_t flash_workspace(const FlashAttentionParams& p) {
+  FlashGeo g;
+  if (!flash_validate(p, &g).ok()) return 0;
+  return scratch_bytes(g.D, g.Dv) * size_t(num_threads()) + kAlign;
+}
+size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
+size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }
+
+}  // namespace attn_detail
+
+size_t flash_attention_workspace_size(const FlashAttentionParams& p) { return attn_detail::flash_workspace(p); }
+size_t paged_decode_attention_workspace_size(const PagedDecodeParams& p) { return attn_detail::paged_workspace(p); }
+size_t mla_decode_attention_workspace_size(const MlaDecodeParams& p) { return attn_detail::mla_workspace(p); }
+
+namespace {
+const attn_detail::Kernels* pick(const dispatch::Registry<attn_detail::KernelsFn>& reg, Status* st) {
+  const dispatch::Impl<attn_detail::KernelsFn>* impl = nullptr;
+  *st = reg.select(&impl);
+  if (!st->ok()) return nullptr;
+  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  return &impl->fn();
+}
+}  // namespace
+
+Status flash_attention(const FlashAttentionParams& p, Workspace ws) {
+  Status st;
+  const auto* k = pick(attn_detail::flash_registry(), &st);
+  return k ? attn_detail::flash_run(*k, p, ws) : st;
+}
+Status paged_decode_attention(const PagedDecodeParams& p, Workspace ws) {
+  Status st;
+  const auto* k = pick(attn_detail::paged_registry(), &st);
+  return k ? attn_detail::paged_run(*k, p, ws) : st;
+}
+Status mla_decode_attention(const MlaDecodeParams& p, Workspace ws) {
+  Status st;
+  const auto* k = pick(attn_detail::mla_registry(), &st);
+  return k ? attn_detail::mla_run(*k, p, ws) : st;
+}
+
+Status attention_update(const AttentionUpdateParams& p, Workspace) {
+  constexpr const char* op = "attention_update";
+  const TensorView &outs = p.outs, &lses = p.lses;
+  if (outs.rank != 3 || outs.dtype != DType::kF32 || !outs.is_contiguous() || (outs.numel() > 0 && !outs.data))
+    return Error(StatusCode::kInvalidArgument, op, ": outs must be contiguous f32 [P, R, Dv]");
+  const int64_t P = outs.sizes[0], R = outs.sizes[1], Dv = outs.sizes[2];
+  if (P < 1) return Error(StatusCode::kInvalidArgument, op, ": outs.sizes[0]=", P, " partials; need at least 1");
+  if (lses.rank != 2 || lses.dtype != DType::kF32 || lses.sizes[0] != P || lses.sizes[1] != R || !lses.is_contiguous() ||
+      (lses.numel() > 0 && !lses.data))
+    return Error(StatusCode::kInvalidArgument, op, ": lses must be contiguous f32 [P=", P, ", R=", R, "]");
+  if (p.out.rank != 2 || p.out.sizes[0] != R || p.out.sizes[1] != Dv || (p.out.dtype != DType::kF32 && p.out.dtype != DType::kBF16) ||
+      (Dv > 1 && p.out.strides[1] != 1) || p.out.strides[0] < 0 || (R > 0 && Dv > 0 && !p.out.data))
+    return Error(StatusCode::kInvalidArgument, op, ": out must be f32 | bf16 [R=", R, ", Dv=", Dv, "] with unit column stride");
+  if (!p.lse.empty() && (p.lse.rank != 1 || p.lse.sizes[0] != R || p.lse.dtype != DType::kF32 || !p.lse.data))
+    return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [R=", R, "]");
+  const float* o = static_cast<const float*>(outs.data);
+  const float* l = static_cast<const float*>(lses.data);
+  const bool bf = p.out.dtype == DType::kBF16;
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (R > 64)
+  for (int64_t r = 0; r < R; ++r) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < P; ++i) m = std::max(m, l[i * R + r]);
+    double sum = 0;
+    if (m != -INFINITY)
+      for (int64_t i = 0; i < P; ++i) sum += std::exp(double(l[i * R + r]) - m);
+    for (int64_t d = 0; d < Dv; ++d) {
+      double acc = 0;
+      if (m != -INFINITY)
+        for (int64_t i = 0; i < P; ++i) {
+          const double w = std::exp(double(l[i * R + r]) - m);
+          if (w != 0.0) acc += w * o[(i * R + r) * Dv + d];
+        }
+      const float v = m == -INFINITY ? 0.0f : float(acc / sum);
+      if (bf) static_cast<uint16_t*>(p.out.data)[r * p.out.strides[0] + d] = f32_to_bf16(v);
+      else static_cast<float*>(p.out.data)[r * p.out.strides[0] + d] = v;
+    }
+    if (!p.lse.empty())
+      static_cast<float*>(p.lse.data)[r * p.lse.strides[0]] = m == -INFINITY ? -INFINITY : m + float(std::log(sum));
+  }
+  return Status::Ok();
+}
+
+}  // namespace optx

@@ -1,0 +1,18 @@
+// Attention job kernel instantiated for simd::Avx512.
+#include "simd/simd_avx512.h"
+
+namespace optx::attn_detail::avx512 {
+namespace {
+using simd_type = simd::Avx512;
+}
+}  // namespace optx::attn_detail::avx512
+
+#define OPTX_ISA_NS avx512
+#include "ops/attention/attention_kernels_inl.h"
+
+namespace optx::attn_detail {
+const Kernels& kernels_avx512() {
+  static const Kernels k{avx512::run_job};
+  return k;
+}
+}  // namespace optx::attn_detail

@@ -1,0 +1,105 @@
+// Internal interface of the attention family.
+//
+// Every op is cut into jobs: a set of up to kMaxRows query rows that share one KV head
+// (the heads of a GQA group and/or several query positions), attending to keys
+// [kv_begin, kv_end) of one sequence, stored contiguously (strided) or in a paged cache.
+// One per-ISA kernel runs a job: it streams the keys in blocks of kKvBlock, computes the
+// block's scores for all rows, folds them into each row's online-softmax state
+// (numerics::SoftmaxState) and accumulates p . v. Each K/V row is read once per job
+// however many query rows share it — the reason decode groups a GQA group's heads.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dispatch/registry.h"
+#include "optx/attention.h"
+
+namespace optx::attn_detail {
+
+inline constexpr int kMaxRows = 32;
+inline constexpr int64_t kKvBlock = 64;
+inline constexpr int64_t kMaxHeadDim = 1024;
+
+struct KvView {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_rs = 0, v_rs = 0;        // element stride between key positions (or slots)
+  const int32_t* table = nullptr;    // paged: key j lives in slot table[j / bs] * bs + j % bs
+  int64_t block_size = 0;
+  const void* key(int64_t j, bool bf16) const { return row(k, k_rs, j, bf16); }
+  const void* value(int64_t j, bool bf16) const { return row(v, v_rs, j, bf16); }
+
+ private:
+  const void* row(const void* base, int64_t rs, int64_t j, bool bf16) const {
+    const int64_t slot = table ? int64_t(table[j / block_size]) * block_size + j % block_size : j;
+    return static_cast<const uint8_t*>(base) + size_t(slot * rs) * (bf16 ? 2 : 4);
+  }
+};
+
+struct Row {
+  const void* q = nullptr;      // D values
+  int64_t qpos = 0;             // query index within its sequence (for position masks)
+  void* out = nullptr;          // final output (dtype of q) — or, for partial jobs:
+  float* part_out = nullptr;    //   f32 partial output [Dv]
+  float* lse = nullptr;         // lse destination (final or partial); may be null
+  float sink = -INFINITY;       // per-head sink logit (-inf: none)
+  const int8_t* mask = nullptr; // this row's mask over keys, stride mask_cs; may be null
+  int64_t mask_cs = 0;
+  const float* bias = nullptr;  // this row's bias over keys, stride bias_cs; may be null
+  int64_t bias_cs = 0;
+};
+
+struct Job {
+  KvView kv;
+  int64_t kv_begin = 0, kv_end = 0;
+  int64_t offset = 0;  // Skv - Sq of the sequence: query i sits at key position i + offset
+  int nrows = 0;
+  Row rows[kMaxRows];
+};
+
+struct Config {
+  bool bf16 = false;
+  int64_t D = 0, Dv = 0;
+  float scale = 1.0f, softcap = 0.0f;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  bool partial = false;  // write unnormalised-merge partials (part_out, lse) instead of out
+};
+
+// Scratch floats one job needs (q rows, accumulators, one block of scores).
+inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
+  const int64_t pad = 16;
+  return kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock);
+}
+
+struct Kernels {
+  void (*run_job)(const Config& c, const Job& j, float* scratch);
+};
+const Kernels& kernels_scalar();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_bf16();
+
+// Reference for one job: scores and softmax in double, naive, no blocking.
+void run_job_reference(const Config& c, const Job& j);
+
+using KernelsFn = const Kernels& (*)();
+const dispatch::Registry<KernelsFn>& flash_registry();
+const dispatch::Registry<KernelsFn>& paged_registry();
+const dispatch::Registry<KernelsFn>& mla_registry();
+// Validate and run with a given implementation (tests, verify, bench).
+Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws);
+Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws);
+Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws);
+
+// Visibility of key j for a row (position rules only; mask tensors apply separately).
+inline bool visible(const Config& c, int64_t qpos, int64_t offset, int64_t j) {
+  const int64_t d = qpos + offset;  // the row's diagonal key position
+  if (c.causal && j > d) return false;
+  if (c.window_left >= 0 && j < d - c.window_left) return false;
+  if (c.window_right >= 0 && j > d + c.window_right) return false;
+  return true;
+}
+
+}  // namespace optx::attn_detail

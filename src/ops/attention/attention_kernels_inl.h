@@ -1,0 +1,171 @@
+// The attention job kernel, written once over a vector type V (src/simd) and included per
+// ISA unit in its own namespace (OPTX_ISA_NS). See attention_internal.h for jobs.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including attention_kernels_inl.h"
+#endif
+#include <algorithm>
+#include <cmath>
+
+#include "numerics/online_softmax.h"
+#include "ops/attention/attention_internal.h"
+
+namespace optx::attn_detail::OPTX_ISA_NS {
+namespace {
+
+template <class V>
+OPTX_ALWAYS_INLINE int64_t round_w(int64_t n) {
+  return (n + V::W - 1) / V::W * V::W;
+}
+
+// q (f32, zero-padded to W) . k (T) over D.
+template <class V, class T>
+OPTX_ALWAYS_INLINE float dot(const float* q, const T* k, int64_t D) {
+  auto a0 = V::zero(), a1 = V::zero();
+  int64_t d = 0;
+  for (; d + 2 * V::W <= D; d += 2 * V::W) {
+    a0 = V::fmadd(V::load(q + d), V::load(k + d), a0);
+    a1 = V::fmadd(V::load(q + d + V::W), V::load(k + d + V::W), a1);
+  }
+  for (; d + V::W <= D; d += V::W) a0 = V::fmadd(V::load(q + d), V::load(k + d), a0);
+  if (d < D) a1 = V::fmadd(V::load(q + d, int(D - d)), V::load(k + d, int(D - d)), a1);
+  return V::reduce(V::add(a0, a1));
+}
+
+// acc[0..Dv) = acc * f (f != 1 only)
+template <class V>
+OPTX_ALWAYS_INLINE void scale_acc(float* acc, float f, int64_t Dvp) {
+  const auto s = V::set1(f);
+  for (int64_t d = 0; d < Dvp; d += V::W) V::store(acc + d, V::mul(V::load(acc + d), s));
+}
+
+// acc += p * v over Dv (acc padded to W; v read with a masked tail).
+template <class V, class T>
+OPTX_ALWAYS_INLINE void axpy(float* acc, float p, const T* v, int64_t Dv) {
+  const auto s = V::set1(p);
+  int64_t d = 0;
+  for (; d + V::W <= Dv; d += V::W) V::store(acc + d, V::fmadd(s, V::load(v + d), V::load(acc + d)));
+  if (d < Dv) V::store(acc + d, V::fmadd(s, V::load(v + d, int(Dv - d)), V::load(acc + d)));
+}
+
+template <class V, class T>
+OPTX_ALWAYS_INLINE void load_f32(const T* x, int64_t n, float scale, float* out) {
+  const auto s = V::set1(scale);
+  int64_t d = 0;
+  for (; d + V::W <= n; d += V::W) V::store(out + d, V::mul(V::load(x + d), s));
+  if (d < n) V::store(out + d, V::mul(V::load(x + d, int(n - d)), s), int(n - d));
+}
+
+template <class V, class T>
+void run_job_t(const Config& c, const Job& j, float* scratch) {
+  const int R = j.nrows;
+  const int64_t Dp = round_w<V>(c.D), Dvp = round_w<V>(c.Dv);
+  float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
+  float* acc = qf + R * Dp;          // R x Dvp
+  float* S = acc + R * Dvp;          // R x kKvBlock
+  numerics::SoftmaxState st[kMaxRows];
+  for (int r = 0; r < R; ++r) {
+    std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
+    load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
+    std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
+  }
+  // Keys beyond every row's causal / window reach are never visited.
+  int64_t lo = j.kv_begin, hi = j.kv_end;
+  {
+    int64_t dmin = INT64_MAX, dmax = INT64_MIN;
+    for (int r = 0; r < R; ++r) {
+      dmin = std::min(dmin, j.rows[r].qpos + j.offset);
+      dmax = std::max(dmax, j.rows[r].qpos + j.offset);
+    }
+    if (c.causal) hi = std::min(hi, dmax + 1);
+    if (c.window_right >= 0) hi = std::min(hi, dmax + c.window_right + 1);
+    if (c.window_left >= 0) lo = std::max(lo, dmin - c.window_left);
+  }
+  for (int64_t kb = lo; kb < hi; kb += kKvBlock) {
+    const int64_t n = std::min(kKvBlock, hi - kb);
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const T* k = static_cast<const T*>(j.kv.key(kb + jj, c.bf16));
+      for (int r = 0; r < R; ++r) S[r * kKvBlock + jj] = dot<V>(qf + r * Dp, k, c.D);
+    }
+    // Softcap, bias, masks; then per row the online-softmax update of the block.
+    bool any = false;
+    for (int r = 0; r < R; ++r) {
+      const Row& row = j.rows[r];
+      float* s = S + r * kKvBlock;
+      float bmax = -INFINITY;
+      for (int64_t jj = 0; jj < n; ++jj) {
+        const int64_t key = kb + jj;
+        float x = s[jj];
+        if (c.softcap > 0.0f) x = c.softcap * std::tanh(x / c.softcap);
+        if (row.bias) x += row.bias[key * row.bias_cs];
+        if (!visible(c, row.qpos, j.offset, key) || (row.mask && row.mask[key * row.mask_cs] == 0)) x = -INFINITY;
+        s[jj] = x;
+        bmax = std::max(bmax, x);
+      }
+      const float f = st[r].rescale_to(bmax);
+      if (st[r].empty()) {  // nothing visible yet: no probabilities this block
+        for (int64_t jj = 0; jj < n; ++jj) s[jj] = 0.0f;
+        continue;
+      }
+      any = true;
+      if (f != 1.0f) {
+        st[r].l *= f;
+        scale_acc<V>(acc + r * Dvp, f, Dvp);
+      }
+      const auto m = V::set1(st[r].m);
+      auto sum = V::zero();
+      int64_t jj = 0;
+      for (; jj + V::W <= n; jj += V::W) {
+        const auto p = V::exp(V::sub(V::load(s + jj), m));
+        V::store(s + jj, p);
+        sum = V::add(sum, p);
+      }
+      float tail = 0.0f;
+      for (; jj < n; ++jj) {
+        s[jj] = std::exp(s[jj] - st[r].m);
+        tail += s[jj];
+      }
+      st[r].l += V::reduce(sum) + tail;
+    }
+    if (!any) continue;
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const T* v = static_cast<const T*>(j.kv.value(kb + jj, c.bf16));
+      for (int r = 0; r < R; ++r) {
+        const float p = S[r * kKvBlock + jj];
+        if (p != 0.0f) axpy<V>(acc + r * Dvp, p, v, c.Dv);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const Row& row = j.rows[r];
+    numerics::SoftmaxState s = st[r];
+    if (row.sink != -INFINITY) {  // the sink joins the denominator only
+      if (s.empty()) {
+        s.m = row.sink;
+        s.l = 1.0f;
+      } else {
+        const float f = s.rescale_to(std::max(s.m, row.sink));
+        s.l = s.l * f + std::exp(row.sink - s.m);
+        if (f != 1.0f) scale_acc<V>(acc + r * Dvp, f, Dvp);
+      }
+    }
+    const float inv = s.inv_sum();
+    if (c.partial) {
+      load_f32<V>(static_cast<const float*>(acc + r * Dvp), c.Dv, inv, row.part_out);
+    } else {
+      T* o = static_cast<T*>(row.out);
+      const auto sv = V::set1(inv);
+      int64_t d = 0;
+      for (; d + V::W <= c.Dv; d += V::W) V::store(o + d, V::mul(V::load(acc + r * Dvp + d), sv));
+      if (d < c.Dv) V::store(o + d, V::mul(V::load(acc + r * Dvp + d), sv), int(c.Dv - d));
+    }
+    if (row.lse) *row.lse = s.lse();
+  }
+}
+
+void run_job(const Config& c, const Job& j, float* scratch) {
+  if (c.bf16) run_job_t<simd_type, uint16_t>(c, j, scratch);
+  else run_job_t<simd_type, float>(c, j, scratch);
+}
+
+}  // namespace
+}  // namespace optx::attn_detail::OPTX_ISA_NS

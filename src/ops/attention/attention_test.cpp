@@ -1,0 +1,194 @@
+// Attention family: every runnable implementation against a naive double-precision
+// softmax(q k^T) v on edge cases (lengths, head dims, GQA ratios, layouts, masks, windows
+// that hide everything, sinks, softcap, large logits, empty sequences), split vs unsplit
+// decode, attention_update, bad inputs.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "ops/attention/attention_testutil.h"
+
+namespace optx::attn_detail {
+namespace {
+
+using testutil::DecodeCase;
+using testutil::FlashCase;
+
+void expect_all(const std::vector<FlashCase>& cases) {
+  for (const auto* impl : flash_registry().runnable())
+    for (const FlashCase& c : cases) {
+      const auto o = testutil::run_flash(*impl, c, uint64_t(c.Sq * 31 + c.Skv + c.D));
+      EXPECT_TRUE(o.pass()) << impl->name << " " << c.name() << ": " << o.message();
+    }
+}
+
+TEST(FlashAttention, ShapesLayoutsAndGqa) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [Sq, Skv, D, Dv, Nq, Nkv] : {std::tuple{1, 1, 64, 64, 1, 1}, {17, 17, 80, 80, 3, 1}, {1, 113, 128, 128, 8, 2},
+                                          {17, 113, 96, 96, 4, 1}, {113, 17, 64, 64, 8, 1}, {5, 70, 192, 128, 4, 4}})
+      for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kBNSD}) {
+        FlashCase c;
+        c.dtype = dt, c.layout = l, c.Sq = Sq, c.Skv = Skv, c.D = D, c.Dv = Dv, c.Nq = Nq, c.Nkv = Nkv, c.B = Sq == 1 ? 3 : 1;
+        c.causal = Skv % 2 == 1;
+        cs.push_back(c);
+      }
+  expect_all(cs);
+}
+
+TEST(FlashAttention, MasksWindowsSinksSoftcap) {
+  std::vector<FlashCase> cs;
+  FlashCase c;
+  c.Sq = 17, c.Skv = 40, c.Nq = 4, c.Nkv = 2;
+  c.causal = true, c.wl = 5;  // sliding window (left) with causal
+  cs.push_back(c);
+  c.causal = false, c.wl = 3, c.wr = 2;  // two-sided window
+  cs.push_back(c);
+  c.wl = -1, c.wr = -1, c.mask = true, c.bias = true;  // bool mask (row 0 fully hidden) + additive bias
+  cs.push_back(c);
+  c.mask = false, c.bias = false, c.sinks = true, c.softcap = 5.0f;
+  cs.push_back(c);
+  c.sinks = false, c.softcap = 0, c.causal = true, c.Sq = 17, c.Skv = 5;  // first 12 rows see no key
+  cs.push_back(c);
+  c.causal = false, c.Skv = 9, c.magnitude = 1e4f, c.dtype = DType::kBF16;  // logits ~ +-1e4 stay finite
+  cs.push_back(c);
+  c.magnitude = 1.0f, c.sinks = true, c.mask = true, c.Skv = 40, c.dtype = DType::kF32;  // masked rows with a sink
+  cs.push_back(c);
+  expect_all(cs);
+}
+
+TEST(FlashAttention, VarlenWithEmptySequences) {
+  FlashCase c;
+  c.layout = AttnLayout::kTND;
+  c.Nq = 6, c.Nkv = 2, c.D = 64, c.Dv = 64, c.causal = true;
+  c.lens_q = {5, 0, 17, 1, 0}, c.lens_kv = {9, 4, 17, 33, 0};
+  expect_all({c});
+  c.dtype = DType::kBF16, c.causal = false, c.wl = 4;
+  expect_all({c});
+}
+
+TEST(FlashAttention, FullyMaskedRowsGiveZeroAndMinusInf) {
+  // causal with Sq > Skv: rows 0..Sq-Skv-1 see nothing.
+  std::vector<float> q(8 * 16, 1.0f), k(2 * 16, 1.0f), v(2 * 16, 3.0f), out(8 * 16, NAN), lse(8, 0.0f);
+  FlashAttentionParams p{.q = make_view(q.data(), DType::kF32, {1, 8, 1, 16}), .k = make_view(k.data(), DType::kF32, {1, 2, 1, 16}),
+                         .v = make_view(v.data(), DType::kF32, {1, 2, 1, 16}), .out = make_view(out.data(), DType::kF32, {1, 8, 1, 16}),
+                         .lse = make_view(lse.data(), DType::kF32, {1, 1, 8}), .causal = true};
+  std::vector<uint8_t> ws(flash_attention_workspace_size(p));
+  ASSERT_TRUE(flash_attention(p, {ws.data(), ws.size()}).ok());
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(lse[size_t(i)], -INFINITY) << i;
+    for (int d = 0; d < 16; ++d) EXPECT_EQ(out[size_t(i * 16 + d)], 0.0f);
+  }
+  EXPECT_NEAR(out[6 * 16], 3.0f, 1e-6);
+  EXPECT_NEAR(lse[7], std::log(2.0) + 16.0 / 4.0, 1e-5);  // two keys, score 16 / sqrt(16)
+}
+
+TEST(PagedDecode, MatchesNaiveSplitOrNot) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : paged_registry().runnable())
+      for (DType dt : {DType::kF32, DType::kBF16})
+        for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 8, 8, 64, std::vector<int32_t>{1}},
+                                               {2, 1, 8, 2, 128, std::vector<int32_t>{37, 300}},
+                                               {3, 3, 12, 4, 80, std::vector<int32_t>{3, 64, 129}},
+                                               {1, 8, 4, 1, 96, std::vector<int32_t>{200}}}) {
+          DecodeCase c;
+          c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
+          const auto o = testutil::run_decode(*impl, c, uint64_t(D + B));
+          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+        }
+  }
+  set_num_threads(0);
+}
+
+TEST(MlaDecode, MatchesNaive) {
+  for (const auto* impl : mla_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
+                                                 {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
+                                                 {1, 1, 16, 512, 64, std::vector<int32_t>{65}}}) {
+        DecodeCase c;
+        c.mla = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank, c.lens = lens;
+        c.block_size = 64;
+        const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B));
+        EXPECT_TRUE(o.pass()) << impl->name << " " << c.name() << ": " << o.message();
+      }
+}
+
+TEST(AttentionUpdate, MergesPartialsLikeOnePass) {
+  // Attention over 40 keys == merge of attention over keys [0,25) and [25,40).
+  const int64_t Skv = 40, D = 32, Nq = 3;
+  testing::Rng rng(4);
+  std::vector<float> q(Nq * D), k(Skv * D), v(Skv * D);
+  for (auto* vec : {&q, &k, &v})
+    for (auto& x : *vec) x = rng.uniform();
+  auto attend = [&](int64_t j0, int64_t j1, float* out, float* lse) {
+    FlashAttentionParams p{.q = make_view(q.data(), DType::kF32, {1, 1, Nq, D}),
+                           .k = make_view(k.data() + j0 * D, DType::kF32, {1, j1 - j0, 1, D}),
+                           .v = make_view(v.data() + j0 * D, DType::kF32, {1, j1 - j0, 1, D}),
+                           .out = make_view(out, DType::kF32, {1, 1, Nq, D}), .lse = make_view(lse, DType::kF32, {1, Nq, 1})};
+    std::vector<uint8_t> ws(flash_attention_workspace_size(p));
+    ASSERT_TRUE(flash_attention(p, {ws.data(), ws.size()}).ok());
+  };
+  std::vector<float> full(Nq * D), lfull(Nq), parts(2 * Nq * D), lparts(2 * Nq), merged(Nq * D), lmerged(Nq);
+  attend(0, Skv, full.data(), lfull.data());
+  attend(0, 25, parts.data(), lparts.data());
+  attend(25, Skv, parts.data() + Nq * D, lparts.data() + Nq);
+  ASSERT_TRUE(attention_update({.outs = make_view(parts.data(), DType::kF32, {2, Nq, D}),
+                                .lses = make_view(lparts.data(), DType::kF32, {2, Nq}),
+                                .out = make_view(merged.data(), DType::kF32, {Nq, D}), .lse = make_view(lmerged.data(), DType::kF32, {Nq})})
+                  .ok());
+  for (int64_t i = 0; i < Nq * D; ++i) EXPECT_NEAR(merged[size_t(i)], full[size_t(i)], 2e-6) << i;
+  for (int64_t i = 0; i < Nq; ++i) EXPECT_NEAR(lmerged[size_t(i)], lfull[size_t(i)], 2e-6);
+  // All partials empty: zero output, -inf lse.
+  std::fill(lparts.begin(), lparts.end(), -INFINITY);
+  ASSERT_TRUE(attention_update({.outs = make_view(parts.data(), DType::kF32, {2, Nq, D}),
+                                .lses = make_view(lparts.data(), DType::kF32, {2, Nq}),
+                                .out = make_view(merged.data(), DType::kF32, {Nq, D}), .lse = make_view(lmerged.data(), DType::kF32, {Nq})})
+                  .ok());
+  EXPECT_EQ(merged[0], 0.0f);
+  EXPECT_EQ(lmerged[0], -INFINITY);
+}
+
+TEST(AttentionBadInput, MessagesNameTheArgument) {
+  std::vector<float> q(2 * 4 * 64), k(2 * 3 * 64), out(2 * 4 * 64);
+  FlashAttentionParams p{.q = make_view(q.data(), DType::kF32, {1, 2, 4, 64}), .k = make_view(k.data(), DType::kF32, {1, 2, 3, 64}),
+                         .v = make_view(k.data(), DType::kF32, {1, 2, 3, 64}), .out = make_view(out.data(), DType::kF32, {1, 2, 4, 64})};
+  std::vector<uint8_t> ws(1 << 20);
+  Status st = flash_attention(p, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("Nq=4 must be a multiple of kv heads Nkv=3"), std::string::npos) << st.message();
+  p.k = make_view(k.data(), DType::kF32, {1, 2, 2, 48});
+  p.v = make_view(k.data(), DType::kF32, {1, 2, 2, 48});
+  st = flash_attention(p, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("k.sizes[3]=48 but q.sizes[3]=64: head dims must match"), std::string::npos) << st.message();
+  p.k = make_view(k.data(), DType::kF32, {1, 2, 2, 64});
+  p.v = make_view(k.data(), DType::kF32, {1, 2, 2, 64});
+  st = flash_attention(p, {ws.data(), 16});
+  EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall) << st.message();
+  p.k.dtype = DType::kBF16;
+  EXPECT_NE(flash_attention(p, {ws.data(), ws.size()}).message().find("k.dtype=bf16 but q.dtype=f32"), std::string::npos);
+  std::vector<int32_t> tables = {0, 9}, lens = {20};
+  PagedDecodeParams d{.q = make_view(q.data(), DType::kF32, {1, 1, 4, 64}), .k_cache = make_view(k.data(), DType::kF32, {6, 64}),
+                      .v_cache = make_view(k.data(), DType::kF32, {6, 64}), .block_tables = make_view(tables.data(), DType::kI32, {1, 2}),
+                      .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 2, .kv_heads = 1,
+                      .out = make_view(out.data(), DType::kF32, {1, 1, 4, 64})};
+  st = paged_decode_attention(d, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("seq_lens[0]=20 must be in [Sq=1, max_blocks * block_size = 4]"), std::string::npos) << st.message();
+  lens[0] = 4;
+  st = paged_decode_attention(d, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("block_tables[0][1]=9 is outside [0, 3)"), std::string::npos) << st.message();
+}
+
+TEST(AttentionDispatch, SelectedRespectsMaxIsa) {
+  for (const auto* reg : {&flash_registry(), &paged_registry(), &mla_registry()}) {
+    const auto* impl = reg->find(selected_impl(reg->op()));
+    ASSERT_NE(impl, nullptr) << reg->op();
+    EXPECT_LE(int(impl->isa), int(active_isa()));
+    EXPECT_EQ(reg->runnable().front(), impl);
+  }
+  FlashCase c;
+  EXPECT_TRUE(testutil::run_flash(*flash_registry().runnable().front(), c).pass());
+}
+
+}  // namespace
+}  // namespace optx::attn_detail

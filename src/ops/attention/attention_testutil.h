@@ -1,0 +1,300 @@
+// Case runners shared by attention_test.cpp and `optx verify`: logical q/k/v made here,
+// stored in the case's layout, run through one implementation, and compared with a naive
+// double-precision softmax(q k^T) v computed here from the logical arrays.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ops/attention/attention_internal.h"
+#include "testing/compare.h"
+#include "testing/rng.h"
+
+namespace optx::attn_detail::testutil {
+
+struct Outcome {
+  Status status;
+  testing::CompareResult out, lse;
+  bool pass() const { return status.ok() && out.pass && lse.pass; }
+  std::string message() const { return !status.ok() ? status.message() : !out.pass ? "out: " + out.message : "lse: " + lse.message; }
+};
+
+// Storage in f32 or bf16; values() holds what the kernel sees.
+struct Buf {
+  DType dt;
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  Buf(DType d, size_t n) : dt(d), f(d == DType::kF32 ? n : 0), h(d == DType::kBF16 ? n : 0) {}
+  void* data() { return dt == DType::kF32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data()); }
+  void set(size_t i, float v) {
+    if (dt == DType::kF32) f[i] = v;
+    else h[i] = f32_to_bf16(v);
+  }
+  double get(size_t i) const { return dt == DType::kF32 ? double(f[i]) : double(bf16_to_f32(h[i])); }
+};
+
+// Naive attention for one query row over keys 0..Skv): returns lse, fills out.
+struct RowRef {
+  double lse;
+  std::vector<double> out;
+};
+template <class QF, class KF, class VF, class Vis>
+RowRef naive_row(int64_t D, int64_t Dv, int64_t Skv, double scale, double softcap, double sink, QF q, KF k, VF v, Vis visible_bias) {
+  std::vector<double> s(static_cast<size_t>(std::max<int64_t>(Skv, 1)));
+  double m = -INFINITY;
+  for (int64_t j = 0; j < Skv; ++j) {
+    double x = 0;
+    for (int64_t d = 0; d < D; ++d) x += q(d) * k(j, d);
+    x *= scale;
+    if (softcap > 0) x = softcap * std::tanh(x / softcap);
+    double bias = 0;
+    if (!visible_bias(j, &bias)) x = -INFINITY;
+    else x += bias;
+    s[size_t(j)] = x;
+    m = std::max(m, x);
+  }
+  if (sink != -INFINITY) m = std::max(m, sink);
+  RowRef r{-INFINITY, std::vector<double>(static_cast<size_t>(Dv), 0.0)};
+  if (m == -INFINITY) return r;
+  double l = sink != -INFINITY ? std::exp(sink - m) : 0.0;
+  for (int64_t j = 0; j < Skv; ++j) {
+    if (s[size_t(j)] == -INFINITY) continue;
+    const double p = std::exp(s[size_t(j)] - m);
+    l += p;
+    for (int64_t d = 0; d < Dv; ++d) r.out[size_t(d)] += p * v(j, d);
+  }
+  for (auto& o : r.out) o /= l;
+  r.lse = m + std::log(l);
+  return r;
+}
+
+// Tolerances: f32 accumulates in f32 with a polynomial exp (rel. error 2e-7); bf16 adds the
+// output rounding (DESIGN.md: bf16 attention within ~1e-2 of max|ref|).
+inline testing::CompareResult compare_out(const std::vector<double>& got, const std::vector<double>& ref, bool bf16) {
+  double mx = 0;
+  for (double r : ref) mx = std::max(mx, std::fabs(r));
+  const testing::Tolerance tol = bf16 ? testing::Tolerance{1e-2 * mx + 1e-6, 1.6e-2} : testing::Tolerance{1e-5 * mx + 1e-6, 1e-4};
+  return testing::compare(got, ref, tol);
+}
+inline testing::CompareResult compare_lse(const std::vector<double>& got, const std::vector<double>& ref) {
+  return testing::compare(got, ref, testing::Tolerance{2e-4, 1e-5});
+}
+
+struct FlashCase {
+  DType dtype = DType::kF32;
+  AttnLayout layout = AttnLayout::kBSND;
+  int64_t B = 1, Sq = 17, Skv = 17, Nq = 4, Nkv = 2, D = 64, Dv = 64;
+  bool causal = false;
+  int64_t wl = -1, wr = -1;
+  bool mask = false, bias = false, sinks = false;
+  float softcap = 0.0f, scale = 0.0f, magnitude = 1.0f;
+  std::vector<int32_t> lens_q, lens_kv;  // TND only
+  std::string name() const {
+    static const char* ls[] = {"BSND", "BNSD", "TND"};
+    std::ostringstream os;
+    os << "dtype=" << dtype_name(dtype) << " layout=" << ls[int(layout)] << " B=" << B << " Sq=" << Sq << " Skv=" << Skv << " Nq=" << Nq
+       << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv << " causal=" << causal << " window=" << wl << "," << wr << " mask=" << mask
+       << " bias=" << bias << " sinks=" << sinks << " softcap=" << softcap << " mag=" << magnitude;
+    if (layout == AttnLayout::kTND) {
+      os << " lens=";
+      for (size_t i = 0; i < lens_q.size(); ++i) os << (i ? "/" : "") << lens_q[i] << ":" << lens_kv[i];
+    }
+    return os.str();
+  }
+};
+
+inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase& c, uint64_t seed = 1) {
+  testing::Rng rng(seed);
+  const bool tnd = c.layout == AttnLayout::kTND;
+  const int64_t B = tnd ? int64_t(c.lens_q.size()) : c.B;
+  std::vector<int32_t> cu_q(size_t(B) + 1, 0), cu_kv(size_t(B) + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    cu_q[size_t(b + 1)] = cu_q[size_t(b)] + (tnd ? c.lens_q[size_t(b)] : int32_t(c.Sq));
+    cu_kv[size_t(b + 1)] = cu_kv[size_t(b)] + (tnd ? c.lens_kv[size_t(b)] : int32_t(c.Skv));
+  }
+  const int64_t Tq = cu_q[size_t(B)], Tkv = cu_kv[size_t(B)];
+  // Element offsets of (b, pos, head) in each layout; flat buffers sized for the layout.
+  auto off = [&](bool isq, int64_t b, int64_t pos, int64_t h, int64_t N, int64_t S, int64_t Dd) -> int64_t {
+    if (tnd) return ((isq ? cu_q : cu_kv)[size_t(b)] + pos) * N * Dd + h * Dd;
+    if (c.layout == AttnLayout::kBSND) return ((b * S + pos) * N + h) * Dd;
+    return ((b * N + h) * S + pos) * Dd;
+  };
+  const int64_t nq = (tnd ? Tq : B * c.Sq) * c.Nq, nkv = (tnd ? Tkv : B * c.Skv) * c.Nkv;
+  Buf q(c.dtype, size_t(std::max<int64_t>(nq * c.D, 1))), k(c.dtype, size_t(std::max<int64_t>(nkv * c.D, 1))),
+      v(c.dtype, size_t(std::max<int64_t>(nkv * c.Dv, 1))), out(c.dtype, size_t(std::max<int64_t>(nq * c.Dv, 1)));
+  for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, c.magnitude * rng.uniform());
+  for (size_t i = 0; i < k.f.size() + k.h.size(); ++i) k.set(i, rng.uniform());
+  for (size_t i = 0; i < v.f.size() + v.h.size(); ++i) v.set(i, rng.uniform());
+  for (size_t i = 0; i < out.f.size() + out.h.size(); ++i) out.set(i, NAN);  // poisoned
+  std::vector<float> lse(size_t(std::max<int64_t>(tnd ? c.Nq * Tq : B * c.Nq * c.Sq, 1)), NAN);
+  std::vector<int8_t> mask;
+  std::vector<float> bias, sinks;
+  if (c.mask) {  // [B, 1, Sq, Skv], roughly one key in five hidden, plus whole rows for row 0
+    mask.resize(size_t(B * c.Sq * c.Skv));
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = rng.below(5) != 0;
+    for (int64_t j = 0; j < c.Skv; ++j) mask[size_t(j)] = 0;
+  }
+  if (c.bias) {  // [1, Nq, Sq, Skv]
+    bias.resize(size_t(c.Nq * c.Sq * c.Skv));
+    for (auto& x : bias) x = rng.uniform(-2, 2);
+  }
+  if (c.sinks) {
+    sinks.resize(size_t(c.Nq));
+    for (auto& x : sinks) x = rng.uniform(-1, 3);
+  }
+  FlashAttentionParams p;
+  p.layout = c.layout;
+  auto view = [&](Buf& b, int64_t N, int64_t S, int64_t Dd, int64_t T) {
+    if (tnd) return make_view(b.data(), c.dtype, {T, N, Dd});
+    if (c.layout == AttnLayout::kBSND) return make_view(b.data(), c.dtype, {B, S, N, Dd});
+    return make_view(b.data(), c.dtype, {B, N, S, Dd});
+  };
+  p.q = view(q, c.Nq, c.Sq, c.D, Tq);
+  p.k = view(k, c.Nkv, c.Skv, c.D, Tkv);
+  p.v = view(v, c.Nkv, c.Skv, c.Dv, Tkv);
+  p.out = view(out, c.Nq, c.Sq, c.Dv, Tq);
+  p.lse = tnd ? make_view(lse.data(), DType::kF32, {c.Nq, Tq}) : make_view(lse.data(), DType::kF32, {B, c.Nq, c.Sq});
+  if (tnd) {
+    p.cu_seqlens_q = make_view(cu_q.data(), DType::kI32, {B + 1});
+    p.cu_seqlens_kv = make_view(cu_kv.data(), DType::kI32, {B + 1});
+  }
+  p.scale = c.scale;
+  p.causal = c.causal;
+  p.window_left = c.wl;
+  p.window_right = c.wr;
+  p.softcap = c.softcap;
+  if (c.mask) p.mask = make_view(mask.data(), DType::kI8, {B, 1, c.Sq, c.Skv});
+  if (c.bias) p.bias = make_view(bias.data(), DType::kF32, {1, c.Nq, c.Sq, c.Skv});
+  if (c.sinks) p.sinks = make_view(sinks.data(), DType::kF32, {c.Nq});
+  std::vector<uint8_t> ws(flash_attention_workspace_size(p));
+  Outcome o;
+  o.status = flash_run(impl.fn(), p, {ws.data(), ws.size()});
+  if (!o.status.ok()) return o;
+
+  std::vector<double> got, ref, glse, rlse;
+  const double scale = c.scale != 0.0f ? c.scale : 1.0 / std::sqrt(double(c.D));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t Sq = cu_q[size_t(b + 1)] - cu_q[size_t(b)], Skv = cu_kv[size_t(b + 1)] - cu_kv[size_t(b)];
+    for (int64_t h = 0; h < c.Nq; ++h) {
+      const int64_t g = h / (c.Nq / c.Nkv);
+      for (int64_t i = 0; i < Sq; ++i) {
+        const int64_t diag = i + Skv - Sq;
+        auto vis = [&](int64_t j, double* bias_out) {
+          if (c.causal && j > diag) return false;
+          if (c.wl >= 0 && j < diag - c.wl) return false;
+          if (c.wr >= 0 && j > diag + c.wr) return false;
+          if (c.mask && mask[size_t((b * c.Sq + i) * c.Skv + j)] == 0) return false;
+          if (c.bias) *bias_out = bias[size_t((h * c.Sq + i) * c.Skv + j)];
+          return true;
+        };
+        const RowRef rr = naive_row(
+            c.D, c.Dv, Skv, scale, c.softcap, c.sinks ? double(sinks[size_t(h)]) : -INFINITY,
+            [&](int64_t d) { return q.get(size_t(off(true, b, i, h, c.Nq, c.Sq, c.D) + d)); },
+            [&](int64_t j, int64_t d) { return k.get(size_t(off(false, b, j, g, c.Nkv, c.Skv, c.D) + d)); },
+            [&](int64_t j, int64_t d) { return v.get(size_t(off(false, b, j, g, c.Nkv, c.Skv, c.Dv) + d)); }, vis);
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          ref.push_back(rr.out[size_t(d)]);
+          got.push_back(out.get(size_t(off(true, b, i, h, c.Nq, c.Sq, c.Dv) + d)));
+        }
+        rlse.push_back(rr.lse);
+        glse.push_back(tnd ? lse[size_t(h * Tq + cu_q[size_t(b)] + i)] : lse[size_t((b * c.Nq + h) * c.Sq + i)]);
+      }
+    }
+  }
+  o.out = compare_out(got, ref, c.dtype == DType::kBF16);
+  o.lse = compare_lse(glse, rlse);
+  return o;
+}
+
+struct DecodeCase {
+  DType dtype = DType::kBF16;
+  bool mla = false;
+  int64_t B = 2, Sq = 1, Nq = 8, Nkv = 2, D = 64, Dv = 64;  // mla: D = rank + rope, Dv = rank, Nkv = 1
+  std::vector<int32_t> lens = {37, 130};
+  int64_t block_size = 16;
+  std::string name() const {
+    std::ostringstream os;
+    os << "dtype=" << dtype_name(dtype) << " B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv
+       << " block=" << block_size << " lens=";
+    for (size_t i = 0; i < lens.size(); ++i) os << (i ? "/" : "") << lens[i];
+    return os.str();
+  }
+};
+
+inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCase& c, uint64_t seed = 1) {
+  testing::Rng rng(seed);
+  const int64_t bs = c.block_size;
+  int64_t max_blocks = 0, total_blocks = 0;
+  for (int32_t l : c.lens) {
+    max_blocks = std::max<int64_t>(max_blocks, (l + bs - 1) / bs);
+    total_blocks += (l + bs - 1) / bs;
+  }
+  const int64_t num_blocks = total_blocks + 3, slots = num_blocks * bs;
+  // Scattered block ids: sequence b's blocks are taken from a shuffled list.
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
+  for (int64_t i = num_blocks - 1; i > 0; --i) std::swap(ids[size_t(i)], ids[size_t(rng.below(i + 1))]);
+  std::vector<int32_t> tables(size_t(c.B * max_blocks), -1);
+  int64_t next = 0;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t j = 0; j * bs < c.lens[size_t(b)]; ++j) tables[size_t(b * max_blocks + j)] = ids[size_t(next++)];
+  const int64_t kw = c.Nkv * c.D, vw = c.Nkv * c.Dv;
+  Buf kc(c.dtype, size_t(slots * kw)), vc(c.dtype, size_t(c.mla ? 1 : slots * vw)), q(c.dtype, size_t(c.B * c.Sq * c.Nq * c.D)),
+      out(c.dtype, size_t(c.B * c.Sq * c.Nq * c.Dv));
+  for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, rng.uniform());
+  for (size_t i = 0; i < vc.f.size() + vc.h.size(); ++i) vc.set(i, rng.uniform());
+  for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, rng.uniform(-2, 2));
+  for (size_t i = 0; i < out.f.size() + out.h.size(); ++i) out.set(i, NAN);
+  std::vector<float> lse(size_t(c.B * c.Nq * c.Sq), NAN);
+  std::vector<int32_t> lens(c.lens);
+  Outcome o;
+  std::vector<uint8_t> ws;
+  const TensorView qv = make_view(q.data(), c.dtype, {c.B, c.Sq, c.Nq, c.D});
+  const TensorView ov = make_view(out.data(), c.dtype, {c.B, c.Sq, c.Nq, c.Dv});
+  const TensorView lv = make_view(lse.data(), DType::kF32, {c.B, c.Nq, c.Sq});
+  const TensorView tv = make_view(tables.data(), DType::kI32, {c.B, max_blocks});
+  const TensorView sv = make_view(lens.data(), DType::kI32, {c.B});
+  if (c.mla) {
+    MlaDecodeParams p{.q = qv, .cache = make_view(kc.data(), c.dtype, {slots, c.D}), .block_tables = tv, .seq_lens = sv,
+                      .block_size = bs, .kv_lora_rank = c.Dv, .out = ov, .lse = lv, .scale = 0.1f};
+    ws.resize(mla_decode_attention_workspace_size(p));
+    o.status = mla_run(impl.fn(), p, {ws.data(), ws.size()});
+  } else {
+    PagedDecodeParams p{.q = qv, .k_cache = make_view(kc.data(), c.dtype, {slots, kw}), .v_cache = make_view(vc.data(), c.dtype, {slots, vw}),
+                        .block_tables = tv, .seq_lens = sv, .block_size = bs, .kv_heads = c.Nkv, .out = ov, .lse = lv};
+    ws.resize(paged_decode_attention_workspace_size(p));
+    o.status = paged_run(impl.fn(), p, {ws.data(), ws.size()});
+  }
+  if (!o.status.ok()) return o;
+  std::vector<double> got, ref, glse, rlse;
+  const double scale = c.mla ? 0.1 : 1.0 / std::sqrt(double(c.D));
+  for (int64_t b = 0; b < c.B; ++b) {
+    const int64_t L = c.lens[size_t(b)];
+    auto slot = [&](int64_t j) { return int64_t(tables[size_t(b * max_blocks + j / bs)]) * bs + j % bs; };
+    for (int64_t i = 0; i < c.Sq; ++i)
+      for (int64_t h = 0; h < c.Nq; ++h) {
+        const int64_t g = h / (c.Nq / c.Nkv), diag = L - c.Sq + i;
+        const RowRef rr = naive_row(
+            c.D, c.Dv, L, scale, 0.0, -INFINITY, [&](int64_t d) { return q.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.D + d)); },
+            [&](int64_t j, int64_t d) { return kc.get(size_t(slot(j) * kw + g * c.D + d)); },
+            [&](int64_t j, int64_t d) {
+              return c.mla ? kc.get(size_t(slot(j) * kw + d)) : vc.get(size_t(slot(j) * vw + g * c.Dv + d));
+            },
+            [&](int64_t j, double*) { return j <= diag; });
+        for (int64_t d = 0; d < c.Dv; ++d) {
+          ref.push_back(rr.out[size_t(d)]);
+          got.push_back(out.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.Dv + d)));
+        }
+        rlse.push_back(rr.lse);
+        glse.push_back(lse[size_t((b * c.Nq + h) * c.Sq + i)]);
+      }
+  }
+  o.out = compare_out(got, ref, c.dtype == DType::kBF16);
+  o.lse = compare_lse(glse, rlse);
+  return o;
+}
+
+}  // namespace optx::attn_detail::testutil
