@@ -1,0 +1,165 @@
+// `optx bench` rows for the attention family.
+//
+// flash_attention, bf16, B = 1, 16 heads, D = 128, causal, S = 4096 (and 8192 outside
+// --quick): optx against `basic` — per head, S = Q K^T with optx's GEMM into a
+// materialised [S, S] f32 score matrix, a causal softmax over it written as bf16 P, then
+// O = P V with optx's GEMM. FLOPs count the causal half of the square (4 S^2 D H / 2).
+// peak_bytes: optx's workspace; basic's score + P buffers for one head (it runs heads one
+// at a time — all 16 at once would need 16x that).
+// paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
+// K/V (latent) bytes read; sequences rotate over enough copies that the working set is
+// >= 256 MiB.
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "ops/attention/attention_internal.h"
+#include "optx/gemm.h"
+#include "testing/rng.h"
+
+namespace optx::attn_detail {
+namespace {
+
+struct Big {  // aligned, touched once
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Big(size_t b) : p(aligned_alloc_bytes(b)), bytes(b) { std::memset(p, 0, b); }
+  ~Big() { aligned_free(p); }
+  uint16_t* h() const { return static_cast<uint16_t*>(p); }
+  float* f() const { return static_cast<float*>(p); }
+};
+
+void bench_flash(bench::Context& ctx, int64_t S) {
+  const int64_t H = 16, D = 128;
+  testing::Rng rng(1);
+  Big q(size_t(S * H * D) * 2), k(q.bytes), v(q.bytes), out(q.bytes);
+  testing::fill_bf16(q.h(), S * H * D, rng);
+  testing::fill_bf16(k.h(), S * H * D, rng);
+  testing::fill_bf16(v.h(), S * H * D, rng);
+  FlashAttentionParams p{.q = make_view(q.p, DType::kBF16, {1, S, H, D}), .k = make_view(k.p, DType::kBF16, {1, S, H, D}),
+                         .v = make_view(v.p, DType::kBF16, {1, S, H, D}), .out = make_view(out.p, DType::kBF16, {1, S, H, D}),
+                         .causal = true};
+  std::vector<uint8_t> ws(flash_attention_workspace_size(p));
+  const double flops = 4.0 * double(S) * double(S) * D * H / 2;
+  const std::string cs = "dtype=bf16 B=1 H=16 S=" + std::to_string(S) + " D=128 causal=1";
+  bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
+  r.note = selected_impl("flash_attention");
+  r.peak_bytes = double(ws.size());
+  auto optx_fn = [&] { (void)flash_attention(p, {ws.data(), ws.size()}); };
+
+  // basic: per head, scores materialised.
+  Big scores(size_t(S * S) * 4), probs(size_t(S * S) * 2);
+  const float scale = 1.0f / std::sqrt(float(D));
+  GemmParams qk{.a = make_view(q.p, DType::kBF16, {S, D}, {H * D, 1}), .b = make_view(k.p, DType::kBF16, {S, D}, {H * D, 1}),
+                .c = make_view(scores.p, DType::kF32, {S, S}), .alpha = scale};
+  GemmParams pv{.a = make_view(probs.p, DType::kBF16, {S, S}), .b = make_view(v.p, DType::kBF16, {S, D}, {H * D, 1}),
+                .c = make_view(out.p, DType::kBF16, {S, D}, {H * D, 1}), .b_kn = true};
+  std::vector<uint8_t> gws(std::max(gemm_workspace_size(qk), gemm_workspace_size(pv)));
+  const int th = ctx.threads;
+  bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = bench::Roof::kBF16};
+  b.peak_bytes = double(scores.bytes + probs.bytes + gws.size());
+  b.note = "per head: GEMM -> [S,S] f32 scores, causal softmax -> bf16 P, GEMM";
+  auto basic_fn = [&] {
+    for (int64_t h = 0; h < H; ++h) {
+      GemmParams a = qk, c = pv;
+      a.a.data = q.h() + h * D;
+      a.b.data = k.h() + h * D;
+      c.b.data = v.h() + h * D;
+      c.c.data = out.h() + h * D;
+      (void)gemm(a, {gws.data(), gws.size()});
+#pragma omp parallel for num_threads(th) schedule(dynamic, 16)
+      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i
+        float* s = scores.f() + i * S;
+        uint16_t* pr = probs.h() + i * S;
+        float m = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) m = std::max(m, s[j]);
+        float l = 0;
+        for (int64_t j = 0; j <= i; ++j) l += (s[j] = std::exp(s[j] - m));
+        const float inv = 1.0f / l;
+        for (int64_t j = 0; j <= i; ++j) pr[j] = f32_to_bf16(s[j] * inv);
+        for (int64_t j = i + 1; j < S; ++j) pr[j] = 0;
+      }
+      (void)gemm(c, {gws.data(), gws.size()});
+    }
+  };
+  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  ctx.add(r, tm[0], flops, 0);
+  ctx.add(b, tm[1], flops, 0);
+}
+
+// Decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block tables
+// rotate so the bytes come from DRAM.
+void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
+  const int64_t Hq = mla ? 16 : 32, Hkv = mla ? 1 : 8, D = mla ? 576 : 128, Dv = mla ? 512 : 128, bs = mla ? 64 : 16;
+  const double kv_bytes = mla ? double(B * ctx_len * D * 2) : double(B * ctx_len * Hkv * (D + Dv) * 2);
+  const int copies = int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / kv_bytes)));
+  const int64_t blocks_per_seq = ctx_len / bs, num_blocks = blocks_per_seq * B * copies;
+  const int64_t slots = num_blocks * bs;
+  Big kc(size_t(slots * Hkv * D) * 2);
+  std::unique_ptr<Big> vc;
+  if (!mla) vc = std::make_unique<Big>(size_t(slots * Hkv * Dv) * 2);
+  testing::Rng rng(2);
+  testing::fill_bf16(kc.h(), slots * Hkv * D, rng);
+  if (vc) testing::fill_bf16(vc->h(), slots * Hkv * Dv, rng);
+  std::vector<std::vector<int32_t>> tables(size_t(copies), std::vector<int32_t>(size_t(B * blocks_per_seq)));
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
+  for (int64_t i = num_blocks - 1; i > 0; --i) std::swap(ids[size_t(i)], ids[size_t(rng.below(i + 1))]);
+  for (int c = 0; c < copies; ++c)
+    for (int64_t i = 0; i < B * blocks_per_seq; ++i) tables[size_t(c)][size_t(i)] = ids[size_t(c * B * blocks_per_seq + i)];
+  std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
+  std::vector<uint16_t> q(size_t(B * Hq * D)), out(size_t(B * Hq * Dv));
+  testing::fill_bf16(q.data(), B * Hq * D, rng);
+  const char* op = mla ? "mla_decode_attention" : "paged_decode_attention";
+  const std::string cs = mla ? "dtype=bf16 B=" + std::to_string(B) + " H=16 D=576 ctx=" + std::to_string(ctx_len)
+                             : "dtype=bf16 B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len);
+  bench::Record r{.op = op, .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
+  const TensorView qv = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}), ov = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv});
+  const TensorView lv = make_view(lens.data(), DType::kI32, {B});
+  size_t ws_bytes = 0;
+  if (mla)
+    ws_bytes = mla_decode_attention_workspace_size({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}),
+                                                    .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
+                                                    .seq_lens = lv, .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f});
+  else
+    ws_bytes = paged_decode_attention_workspace_size({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
+                                                      .v_cache = make_view(vc->p, DType::kBF16, {slots, Hkv * Dv}),
+                                                      .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
+                                                      .seq_lens = lv, .block_size = bs, .kv_heads = Hkv, .out = ov});
+  std::vector<uint8_t> ws(ws_bytes);
+  r.peak_bytes = double(ws.size());
+  int set = 0;
+  const auto tm = ctx.time_it([&] {
+    const TensorView tv = make_view(tables[size_t(set++ % copies)].data(), DType::kI32, {B, blocks_per_seq});
+    if (mla)
+      (void)mla_decode_attention({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
+                                  .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f},
+                                 {ws.data(), ws.size()});
+    else
+      (void)paged_decode_attention({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
+                                    .v_cache = make_view(vc->p, DType::kBF16, {slots, Hkv * Dv}), .block_tables = tv, .seq_lens = lv,
+                                    .block_size = bs, .kv_heads = Hkv, .out = ov},
+                                   {ws.data(), ws.size()});
+  });
+  ctx.add(r, tm, 0, kv_bytes);
+}
+
+void bench_attention(bench::Context& ctx) {
+  bench_flash(ctx, 4096);
+  if (!ctx.quick) bench_flash(ctx, 8192);
+  for (int64_t c : {8192, 32768}) bench_decode(ctx, false, 1, c);
+  bench_decode(ctx, false, 8, 8192);
+  if (!ctx.quick) bench_decode(ctx, false, 8, 32768);
+  for (int64_t c : {8192, 32768}) bench_decode(ctx, true, 1, c);
+}
+
+OPTX_REGISTER_BENCH("flash_attention|paged_decode_attention|mla_decode_attention", bench_attention);
+
+}  // namespace
+}  // namespace optx::attn_detail

@@ -29,6 +29,27 @@ struct KvView {
   int64_t block_size = 0;
   const void* key(int64_t j, bool bf16) const { return row(k, k_rs, j, bf16); }
   const void* value(int64_t j, bool bf16) const { return row(v, v_rs, j, bf16); }
+  // Row addresses of keys j0 .. j0 + n: one division per call, then a page walk (a
+  // division per key cost more than the key's whole dot product in decode).
+  void rows(int64_t j0, int64_t n, bool bf16, const void** kp, const void** vp) const {
+    const size_t es = bf16 ? 2 : 4;
+    const uint8_t* kb = static_cast<const uint8_t*>(k);
+    const uint8_t* vb = static_cast<const uint8_t*>(v);
+    if (!table) {
+      for (int64_t i = 0; i < n; ++i) {
+        kp[i] = kb + size_t((j0 + i) * k_rs) * es;
+        vp[i] = vb + size_t((j0 + i) * v_rs) * es;
+      }
+      return;
+    }
+    int64_t blk = j0 / block_size, off = j0 % block_size;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = int64_t(table[blk]) * block_size + off;
+      kp[i] = kb + size_t(slot * k_rs) * es;
+      vp[i] = vb + size_t(slot * v_rs) * es;
+      if (++off == block_size) off = 0, ++blk;
+    }
+  }
 
  private:
   const void* row(const void* base, int64_t rs, int64_t j, bool bf16) const {

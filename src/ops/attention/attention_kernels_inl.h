@@ -47,6 +47,33 @@ OPTX_ALWAYS_INLINE void axpy(float* acc, float p, const T* v, int64_t Dv) {
   if (d < Dv) V::store(acc + d, V::fmadd(s, V::load(v + d, int(Dv - d)), V::load(acc + d)));
 }
 
+// acc[0..Dv) += sum_jj p[jj] * v_jj for one row over a block: 4 vectors of the row's
+// accumulator stay in registers across the block's keys (one load and store per block,
+// not per key), v rows come from L1.
+template <class V, class T>
+OPTX_ALWAYS_INLINE void pv_block(const float* p, const void* const* vp, int64_t n, int64_t Dv, float* acc) {
+  int64_t d = 0;
+  for (; d + 4 * V::W <= Dv; d += 4 * V::W) {
+    auto a0 = V::load(acc + d), a1 = V::load(acc + d + V::W), a2 = V::load(acc + d + 2 * V::W), a3 = V::load(acc + d + 3 * V::W);
+    for (int64_t jj = 0; jj < n; ++jj) {
+      if (p[jj] == 0.0f) continue;
+      const auto s = V::set1(p[jj]);
+      const T* v = static_cast<const T*>(vp[jj]) + d;
+      a0 = V::fmadd(s, V::load(v), a0);
+      a1 = V::fmadd(s, V::load(v + V::W), a1);
+      a2 = V::fmadd(s, V::load(v + 2 * V::W), a2);
+      a3 = V::fmadd(s, V::load(v + 3 * V::W), a3);
+    }
+    V::store(acc + d, a0);
+    V::store(acc + d + V::W, a1);
+    V::store(acc + d + 2 * V::W, a2);
+    V::store(acc + d + 3 * V::W, a3);
+  }
+  if (d < Dv)
+    for (int64_t jj = 0; jj < n; ++jj)
+      if (p[jj] != 0.0f) axpy<V>(acc + d, p[jj], static_cast<const T*>(vp[jj]) + d, Dv - d);
+}
+
 template <class V, class T>
 OPTX_ALWAYS_INLINE void load_f32(const T* x, int64_t n, float scale, float* out) {
   const auto s = V::set1(scale);
@@ -80,12 +107,28 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     if (c.window_right >= 0) hi = std::min(hi, dmax + c.window_right + 1);
     if (c.window_left >= 0) lo = std::max(lo, dmin - c.window_left);
   }
+  // Row addresses of this block and the next: keys are prefetched kPrefetchKeys ahead.
+  // A job reads one head's slice of each cache row, rows a whole slot apart, which the
+  // hardware prefetchers do not follow: without this, decode waited on DRAM per key.
+  constexpr int64_t kPrefetchKeys = 16;
+  const void* kp[2 * kKvBlock];
+  const void* vp[2 * kKvBlock];
+  const int64_t k_lines = (c.D * int64_t(sizeof(T)) + 63) / 64, v_lines = (c.Dv * int64_t(sizeof(T)) + 63) / 64;
+  if (lo < hi) j.kv.rows(lo, std::min(kKvBlock, hi - lo), c.bf16, kp, vp);
   for (int64_t kb = lo; kb < hi; kb += kKvBlock) {
     const int64_t n = std::min(kKvBlock, hi - kb);
+    const int64_t n_next = std::max<int64_t>(0, std::min(kKvBlock, hi - kb - kKvBlock));
+    if (n_next) j.kv.rows(kb + kKvBlock, n_next, c.bf16, kp + kKvBlock, vp + kKvBlock);
     for (int64_t jj = 0; jj < n; ++jj) {
-      const T* k = static_cast<const T*>(j.kv.key(kb + jj, c.bf16));
-      for (int r = 0; r < R; ++r) S[r * kKvBlock + jj] = dot<V>(qf + r * Dp, k, c.D);
+      if (jj + kPrefetchKeys < n + n_next) {
+        const char* pk = static_cast<const char*>(kp[jj + kPrefetchKeys]);
+        const char* pv = static_cast<const char*>(vp[jj + kPrefetchKeys]);
+        for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(pk + 64 * l);
+        for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int64_t jj = 0; jj < n; ++jj) S[r * kKvBlock + jj] = dot<V>(qf + r * Dp, static_cast<const T*>(kp[jj]), c.D);
     // Softcap, bias, masks; then per row the online-softmax update of the block.
     bool any = false;
     for (int r = 0; r < R; ++r) {
@@ -126,14 +169,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       }
       st[r].l += V::reduce(sum) + tail;
     }
-    if (!any) continue;
-    for (int64_t jj = 0; jj < n; ++jj) {
-      const T* v = static_cast<const T*>(j.kv.value(kb + jj, c.bf16));
-      for (int r = 0; r < R; ++r) {
-        const float p = S[r * kKvBlock + jj];
-        if (p != 0.0f) axpy<V>(acc + r * Dvp, p, v, c.Dv);
-      }
-    }
+    if (any)
+      for (int r = 0; r < R; ++r) pv_block<V, T>(S + r * kKvBlock, vp, n, c.Dv, acc + r * Dvp);
+    std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
+    std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
   }
   for (int r = 0; r < R; ++r) {
     const Row& row = j.rows[r];
