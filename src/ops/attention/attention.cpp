@@ -554,7 +554,8 @@ const Kernels& kernels_reference() {
 // One kernel table per ISA serves every attention op; each op keeps its own registry so
 // OPTX_IMPL can force one op's implementation.
 dispatch::Registry<KernelsFn> make_registry(const char* op) {
-  return dispatch::Registry<KernelsFn>(op, {{"avx512_bf16", Isa::kAvx512Bf16, kernels_avx512_bf16},
+  return dispatch::Registry<KernelsFn>(op, {{"amx", Isa::kAmx, kernels_amx},
+                                            {"avx512_bf16", Isa::kAvx512Bf16, kernels_avx512_bf16},
                                             {"avx512", Isa::kAvx512, kernels_avx512},
                                             {"avx2", Isa::kAvx2, kernels_avx2},
                                             {"scalar", Isa::kScalar, kernels_scalar},

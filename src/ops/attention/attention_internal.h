@@ -9,6 +9,7 @@
 // however many query rows share it — the reason decode groups a GQA group's heads.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -88,10 +89,13 @@ struct Config {
   bool partial = false;  // write unnormalised-merge partials (part_out, lse) instead of out
 };
 
-// Scratch floats one job needs (q rows, accumulators, one block of scores).
+// Scratch floats one job needs: the vector kernel's q rows, accumulators and one block
+// of scores, or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
   const int64_t pad = 16;
-  return kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock);
+  const int64_t vec = kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock);
+  const int64_t amx = 16 * D + 16 * D + 16 * Dv + 32 * 32 + 2 * 512 + 32 * Dv + 64;
+  return std::max(vec, amx);
 }
 
 struct Kernels {
@@ -101,6 +105,7 @@ const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_bf16();
+const Kernels& kernels_amx();
 
 // Reference for one job: scores and softmax in double, naive, no blocking.
 void run_job_reference(const Config& c, const Job& j);
