@@ -179,6 +179,30 @@ TEST(QkvRopeCache, EveryImplementationMatchesReference) {
         }
 }
 
+// The unfused first half of an MLA cache write with implementation `impl`, in place on
+// bf16 rows [T, rank + rd]: rms_norm over the latent, then interleaved rope on k_pe.
+void unfused_norm_rope(const char* impl, uint16_t* rows, const uint16_t* w, const int32_t* pos, int64_t T, int64_t rank,
+                       int64_t rd, const RopeTable& table) {
+  const int64_t W = rank + rd;
+  const auto* ni = norm_detail::rms_norm_registry().find(impl);
+  const auto* ri = rope_detail::registry().find(impl);
+  ASSERT_TRUE(ni && ri) << impl;
+  norm_detail::Rows nr;
+  ASSERT_TRUE(norm_detail::to_rows(RmsNormParams{.x = make_view(rows, DType::kBF16, {T, rank}, {W, 1}),
+                                                 .weight = make_view(const_cast<uint16_t*>(w), DType::kBF16, {rank}),
+                                                 .out = make_view(rows, DType::kBF16, {T, rank}, {W, 1})},
+                                   &nr)
+                  .ok());
+  ASSERT_TRUE(ni->fn(nr).ok());
+  rope_detail::Args ra;
+  ASSERT_TRUE(rope_detail::to_args(RopeParams{.k = make_view(rows + rank, DType::kBF16, {T, 1, rd}, {W, rd, 1}),
+                                              .positions = make_view(const_cast<int32_t*>(pos), DType::kI32, {T}),
+                                              .cos = table.cos(), .sin = table.sin(), .style = RopeStyle::kInterleaved},
+                                   &ra)
+                  .ok());
+  ASSERT_TRUE(ri->fn(ra).ok());
+}
+
 // fused == rms_norm + rope + kv_cache_write with the same implementation, bit for bit.
 TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
   const int64_t T = 6, rank = 512, rd = 64, W = rank + rd, S = 16;
@@ -190,10 +214,7 @@ TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
   testing::fill_bf16(w.data(), rank, rng, 0.5, 1.5);
   std::vector<int32_t> pos = {0, 5, 99, 7, 64, 3}, slots = {4, 9, -1, 0, 15, 2};
   for (const auto* fi : mla_registry().runnable()) {
-    const auto* ni = norm_detail::rms_norm_registry().find(fi->name);
-    const auto* ri = rope_detail::registry().find(fi->name);
     const auto* wi = write_registry().find("generic");
-    ASSERT_TRUE(ni && ri && wi) << fi->name;
     std::vector<uint16_t> c1(S * W, 0), c2(S * W, 0), tmp(kv);
     MlaArgs a;
     ASSERT_TRUE(to_args(KvRmsNormRopeCacheParams{.kv = make_view(kv.data(), DType::kBF16, {T, W}),
@@ -205,20 +226,7 @@ TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
                     .ok());
     ASSERT_TRUE(fi->fn(a).ok());
     // Unfused: rms_norm(latent) in place, rope(k_pe) in place, then write the rows.
-    norm_detail::Rows nr;
-    ASSERT_TRUE(norm_detail::to_rows(RmsNormParams{.x = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
-                                                   .weight = make_view(w.data(), DType::kBF16, {rank}),
-                                                   .out = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1})},
-                                     &nr)
-                    .ok());
-    ASSERT_TRUE(ni->fn(nr).ok());
-    rope_detail::Args ra;
-    ASSERT_TRUE(rope_detail::to_args(RopeParams{.k = make_view(tmp.data() + rank, DType::kBF16, {T, 1, rd}, {W, rd, 1}),
-                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
-                                                .sin = table.sin(), .style = RopeStyle::kInterleaved},
-                                     &ra)
-                    .ok());
-    ASSERT_TRUE(ri->fn(ra).ok());
+    unfused_norm_rope(fi->name, tmp.data(), w.data(), pos.data(), T, rank, rd, table);
     WriteArgs wa;
     ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data(), DType::kBF16, {T, W}),
                                            .slots = make_view(slots.data(), DType::kI32, {T}),
@@ -258,23 +266,8 @@ TEST(KvRmsNormRopeCache, Int8LatentFusedEqualsUnfused) {
                     .ok());
     ASSERT_TRUE(fi->fn(a).ok());
     if (std::string(fi->name) == "reference") continue;  // the composition below uses kernels
-    const auto* ni = norm_detail::rms_norm_registry().find(fi->name);
-    const auto* ri = rope_detail::registry().find(fi->name);
     const auto* wi = write_registry().find("generic");
-    norm_detail::Rows nr;
-    ASSERT_TRUE(norm_detail::to_rows(RmsNormParams{.x = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
-                                                   .weight = make_view(w.data(), DType::kBF16, {rank}),
-                                                   .out = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1})},
-                                     &nr)
-                    .ok());
-    ASSERT_TRUE(ni->fn(nr).ok());
-    rope_detail::Args ra;
-    ASSERT_TRUE(rope_detail::to_args(RopeParams{.k = make_view(tmp.data() + rank, DType::kBF16, {T, 1, rd}, {W, rd, 1}),
-                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
-                                                .sin = table.sin(), .style = RopeStyle::kInterleaved},
-                                     &ra)
-                    .ok());
-    ASSERT_TRUE(ri->fn(ra).ok());
+    unfused_norm_rope(fi->name, tmp.data(), w.data(), pos.data(), T, rank, rd, table);
     WriteArgs wa, wr;
     ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
                                            .slots = make_view(slots.data(), DType::kI32, {T}),
