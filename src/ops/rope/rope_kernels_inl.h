@@ -95,9 +95,16 @@ void rope_token_t(const Args& a, int64_t t) {
   const float* s = a.sin + pos * a.cs_stride;
   Expanded e;
   if (a.style == RopeStyle::kInterleaved && V::W > 1) expand(c, s, a.rotary_dim / 2, e);
+  // Each head also asks for the same head of token t + 2: the rotation is an in-place
+  // read-modify-write whose next lines the hardware prefetcher, seeing short runs per
+  // head, does not fetch early enough on its own.
+  const bool ahead = t + 2 < a.T;
+  const int64_t lines = (a.rotary_dim * int64_t(sizeof(T)) + 63) / 64;
   for (const HeadSet* hs : {&a.q, &a.k})
     for (int64_t h = 0; h < hs->heads; ++h) {
       T* x = static_cast<T*>(hs->x) + t * hs->st + h * hs->sh + a.rotary_offset;
+      if (ahead)
+        for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(reinterpret_cast<const char*>(x + 2 * hs->st) + 64 * l, 1);
       rope_head<V>(x, c, s, a.rotary_dim, a.style, e);
     }
 }
