@@ -30,7 +30,9 @@ void mla_token_t(const MlaArgs& a, int64_t t) {
   alignas(64) T row[kMaxMlaRow];
   T* dst = row;
   const float inv = nk::inv_rms(nk::row_sumsq<V>(src, a.rank), a.rank, a.eps);
-  const T* next = t + 1 < a.T ? src + a.ldkv : nullptr;
+  // Prefetch two rows ahead: kv rows are 1.1 KiB, one ahead arrives late (alternating
+  // runs: 15.7-17.1 -> 17.7-20.6 GB/s).
+  const T* next = t + 2 < a.T ? src + 2 * a.ldkv : nullptr;
   nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next, static_cast<const T*>(nullptr));
   const int64_t pos = a.rope.position(t);
   const float* c = a.rope.cos + pos * a.rope.cs_stride;
