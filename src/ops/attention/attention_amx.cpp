@@ -109,10 +109,24 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   const void* vpp[kKeys];
   const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  // Rows of the next block are prefetched while this block's are staged: a job reads
+  // one head's slice of rows a slot apart, which the hardware prefetchers do not follow.
+  const void* kn[kKeys];
+  const void* vn[kKeys];
+  const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
+  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kKeys, hi - lo), true, kn, vn);
   for (int64_t kb = lo; kb < hi; kb += kKeys) {
     const int64_t n = std::min<int64_t>(kKeys, hi - kb);
-    j.kv.rows(kb, n, true, kp, vpp);
+    std::copy(kn, kn + n, kp);
+    std::copy(vn, vn + n, vpp);
+    const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kKeys, hi - kb - kKeys));
+    if (n_next) j.kv.rows(kb + kKeys, n_next, true, kn, vn);
     for (int64_t k = 0; k < kKeys; ++k) {
+      if (k < n_next) {
+        for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(static_cast<const char*>(kn[k]) + 64 * l);
+        if (vn[k] != kn[k])
+          for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(static_cast<const char*>(vn[k]) + 64 * l);
+      }
       if (k < n) std::memcpy(kst + k * D, kp[k], size_t(D) * 2);
       else std::memset(kst + k * D, 0, size_t(D) * 2);
     }
