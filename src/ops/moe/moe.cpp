@@ -1,0 +1,372 @@
+// MoE family: gating, routing, grouped GEMM (+ SwiGLU), finalize and the one-call layer.
+// The grouped GEMMs run optx::gemm on each group's row slice with its packed expert
+// matrix (the GEMM splits each call across the threads); routing is a stable counting
+// sort. No allocation inside a call: everything lives in the caller's workspace.
+#include "optx/moe.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dispatch/registry.h"
+
+namespace optx {
+namespace {
+
+constexpr int64_t kMaxExperts = 1024;
+constexpr int64_t kMaxTopK = 32;
+constexpr int64_t kMaxHidden = 16384;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+float load_f(const TensorView& t, int64_t i) {
+  return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
+}
+
+Status check_2d(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols, bool float_types) {
+  if (t.rank != 2 || (rows >= 0 && t.sizes[0] != rows) || (cols >= 0 && t.sizes[1] != cols))
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be [", rows, ", ", cols, "], got rank ", t.rank, " [",
+                 t.rank > 0 ? t.sizes[0] : -1, ", ", t.rank > 1 ? t.sizes[1] : -1, "]");
+  if (float_types && t.dtype != DType::kF32 && t.dtype != DType::kBF16)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".dtype=", dtype_name(t.dtype), " but must be f32 or bf16");
+  if (!t.is_contiguous()) return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous");
+  if (t.numel() > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
+}
+
+Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt) {
+  if (t.rank != 1 || t.sizes[0] != n || t.dtype != dt || (n > 1 && t.strides[0] != 1) || (n > 0 && !t.data))
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous ", dtype_name(dt), " [", n, "]");
+  return Status::Ok();
+}
+
+// Top-k of v[0..n) among eligible entries, descending, ties to the lower index.
+void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (eligible && !eligible[e]) continue;
+      bool taken = false;
+      for (int64_t q = 0; q < j; ++q) taken |= out[q] == e;
+      if (taken) continue;
+      if (best < 0 || v[e] > v[best]) best = e;  // strict: an equal later id never wins
+    }
+    out[j] = int32_t(best);
+  }
+}
+
+std::string generic_impl() { return "generic"; }
+[[maybe_unused]] const bool registered = [] {
+  for (const char* op : {"moe_gating_topk", "moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing",
+                         "moe_forward"})
+    dispatch::register_op(op, generic_impl);
+  return true;
+}();
+
+}  // namespace
+
+// ---- gating --------------------------------------------------------------------------------
+Status moe_gating_topk(const MoeGatingParams& p, Workspace) {
+  constexpr const char* op = "moe_gating_topk";
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.logits, "logits", -1, -1, true));
+  const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1];
+  if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": experts E=", E, " must be in [1, ", kMaxExperts, "]");
+  if (p.topk_ids.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": topk_ids must be i32 [T, k]");
+  const int64_t k = p.topk_ids.sizes[1];
+  if (p.topk_ids.dtype != DType::kI32) return Error(StatusCode::kInvalidArgument, op, ": topk_ids.dtype=", dtype_name(p.topk_ids.dtype), " but must be i32");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, k, false));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_weights, "topk_weights", T, k, false));
+  if (p.topk_weights.dtype != DType::kF32) return Error(StatusCode::kInvalidArgument, op, ": topk_weights must be f32");
+  if (p.n_group < 1 || E % p.n_group || p.topk_group < 1 || p.topk_group > p.n_group)
+    return Error(StatusCode::kInvalidArgument, op, ": n_group=", p.n_group, " must divide E=", E, " and topk_group=", p.topk_group,
+                 " be in [1, n_group]");
+  const int64_t eligible_max = E / p.n_group * p.topk_group;
+  if (k < 1 || k > kMaxTopK || k > eligible_max)
+    return Error(StatusCode::kInvalidArgument, op, ": top-k=", k, " must be in [1, min(", kMaxTopK, ", experts in the kept groups = ",
+                 eligible_max, ")]");
+  if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32));
+  if (p.topk_then_softmax && (p.score != MoeScore::kSoftmax || p.n_group > 1 || !p.bias.empty()))
+    return Error(StatusCode::kInvalidArgument, op, ": topk_then_softmax takes softmax scoring without groups or bias");
+  const float* bias = p.bias.empty() ? nullptr : static_cast<const float*>(p.bias.data);
+  int32_t* ids = static_cast<int32_t*>(p.topk_ids.data);
+  float* wts = static_cast<float*>(p.topk_weights.data);
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 16)
+  for (int64_t t = 0; t < T; ++t) {
+    float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
+    bool ok[kMaxExperts];
+    for (int64_t e = 0; e < E; ++e) logit[e] = load_f(p.logits, t * E + e);
+    int32_t* id = ids + t * k;
+    float* w = wts + t * k;
+    if (p.topk_then_softmax) {
+      topk(logit, nullptr, E, k, id);
+      const float m = logit[id[0]];
+      float s = 0;
+      for (int64_t j = 0; j < k; ++j) s += (w[j] = std::exp(logit[id[j]] - m));
+      for (int64_t j = 0; j < k; ++j) w[j] = w[j] / s * p.routed_scaling_factor;
+      continue;
+    }
+    if (p.score == MoeScore::kSoftmax) {
+      float m = -INFINITY, s = 0;
+      for (int64_t e = 0; e < E; ++e) m = std::max(m, logit[e]);
+      for (int64_t e = 0; e < E; ++e) s += (score[e] = std::exp(logit[e] - m));
+      for (int64_t e = 0; e < E; ++e) score[e] /= s;
+    } else if (p.score == MoeScore::kSigmoid) {
+      for (int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-logit[e]));
+    } else {  // sqrt(softplus(x)), softplus computed stably
+      for (int64_t e = 0; e < E; ++e) {
+        const float x = logit[e];
+        score[e] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias[e] : 0.0f), ok[e] = true;
+    if (p.n_group > 1) {  // keep the topk_group best groups
+      const int64_t gs = E / p.n_group;
+      float gscore[kMaxExperts];
+      for (int64_t g = 0; g < p.n_group; ++g) {
+        float a = -INFINITY, b = -INFINITY;  // largest two
+        for (int64_t e = g * gs; e < (g + 1) * gs; ++e) {
+          if (sel[e] > a) b = a, a = sel[e];
+          else if (sel[e] > b) b = sel[e];
+        }
+        gscore[g] = p.group_score == MoeGroupScore::kMax ? a : a + (gs > 1 ? b : 0.0f);
+      }
+      int32_t keep[kMaxExperts];
+      topk(gscore, nullptr, p.n_group, p.topk_group, keep);
+      for (int64_t e = 0; e < E; ++e) ok[e] = false;
+      for (int64_t g = 0; g < p.topk_group; ++g)
+        for (int64_t e = keep[g] * gs; e < (keep[g] + 1) * gs; ++e) ok[e] = true;
+    }
+    topk(sel, ok, E, k, id);
+    float s = 0;
+    for (int64_t j = 0; j < k; ++j) s += (w[j] = score[id[j]]);
+    const float scale = p.routed_scaling_factor / (p.renormalize && s > 0 ? s : 1.0f);
+    for (int64_t j = 0; j < k; ++j) w[j] *= scale;
+  }
+  return Status::Ok();
+}
+
+// ---- routing -------------------------------------------------------------------------------
+Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
+  constexpr const char* op = "moe_init_routing";
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.x, "x", -1, -1, true));
+  const int64_t T = p.x.sizes[0], H = p.x.sizes[1], E = p.num_experts;
+  if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": num_experts=", E, " must be in [1, ", kMaxExperts, "]");
+  if (p.topk_ids.rank != 2 || p.topk_ids.dtype != DType::kI32)
+    return Error(StatusCode::kInvalidArgument, op, ": topk_ids must be i32 [T, k]");
+  const int64_t k = p.topk_ids.sizes[1], N = T * k;
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, k, false));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.sorted_rows, "sorted_rows", N, H, true));
+  if (p.sorted_rows.dtype != p.x.dtype) return Error(StatusCode::kInvalidArgument, op, ": sorted_rows.dtype must be x.dtype");
+  OPTX_RETURN_IF_ERROR(check_1d(op, p.row_map, "row_map", N, DType::kI32));
+  OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", N, DType::kI32));
+  OPTX_RETURN_IF_ERROR(check_1d(op, p.counts, "counts", E, DType::kI64));
+  OPTX_RETURN_IF_ERROR(check_1d(op, p.offsets, "offsets", E, DType::kI64));
+  const int64_t e0 = p.expert_begin, e1 = p.expert_end < 0 ? E : p.expert_end;
+  if (e0 < 0 || e1 > E || e0 > e1)
+    return Error(StatusCode::kInvalidArgument, op, ": expert range [", e0, ", ", e1, ") must lie in [0, ", E, "]");
+  const int32_t* ids = static_cast<const int32_t*>(p.topk_ids.data);
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[i] < 0 || ids[i] >= E)
+      return Error(StatusCode::kInvalidArgument, op, ": topk_ids[", i / k, "][", i % k, "]=", ids[i], " is outside [0, ", E, ")");
+  int64_t* counts = static_cast<int64_t*>(p.counts.data);
+  int64_t* offsets = static_cast<int64_t*>(p.offsets.data);
+  std::fill(counts, counts + E, 0);
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[i] >= e0 && ids[i] < e1) ++counts[ids[i]];
+  int64_t cursor[kMaxExperts];
+  int64_t run = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    cursor[e] = run;
+    run += counts[e];
+    offsets[e] = run;
+  }
+  int32_t* row_map = static_cast<int32_t*>(p.row_map.data);
+  int32_t* inverse = static_cast<int32_t*>(p.inverse.data);
+  for (int64_t i = 0; i < N; ++i) {  // stable: (t, j) in order within each expert
+    const int32_t e = ids[i];
+    if (e < e0 || e >= e1) {
+      inverse[i] = -1;
+      continue;
+    }
+    const int64_t pos = cursor[e]++;
+    row_map[pos] = int32_t(i);
+    inverse[i] = int32_t(pos);
+  }
+  for (int64_t i = run; i < N; ++i) row_map[i] = -1;
+  const size_t row_bytes = size_t(H) * dtype_size(p.x.dtype);
+  const uint8_t* x = static_cast<const uint8_t*>(p.x.data);
+  uint8_t* out = static_cast<uint8_t*>(p.sorted_rows.data);
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (run > 64)
+  for (int64_t pos = 0; pos < run; ++pos) std::memcpy(out + size_t(pos) * row_bytes, x + size_t(row_map[pos] / k) * row_bytes, row_bytes);
+  return Status::Ok();
+}
+
+Status moe_compute_expert_tokens(const TensorView& sorted_ids, const TensorView& offsets) {
+  constexpr const char* op = "moe_compute_expert_tokens";
+  if (sorted_ids.rank != 1 || sorted_ids.dtype != DType::kI32 || (sorted_ids.sizes[0] > 0 && !sorted_ids.data))
+    return Error(StatusCode::kInvalidArgument, op, ": sorted_ids must be i32 [N]");
+  const int64_t N = sorted_ids.sizes[0];
+  if (offsets.rank != 1 || offsets.dtype != DType::kI64 || !offsets.data || offsets.sizes[0] < 1)
+    return Error(StatusCode::kInvalidArgument, op, ": offsets must be i64 [E]");
+  const int64_t E = offsets.sizes[0];
+  const int32_t* ids = static_cast<const int32_t*>(sorted_ids.data);
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[i] < 0 || ids[i] >= E || (i > 0 && ids[i] < ids[i - 1]))
+      return Error(StatusCode::kInvalidArgument, op, ": sorted_ids[", i, "]=", ids[i], " is out of [0, ", E, ") or not ascending");
+  int64_t* off = static_cast<int64_t*>(offsets.data);
+  int64_t i = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    while (i < N && ids[i] <= e) ++i;
+    off[e] = i;
+  }
+  return Status::Ok();
+}
+
+// ---- grouped GEMMs -----------------------------------------------------------------------------
+namespace {
+
+Status grouped_common(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, bool counts,
+                      int64_t N_expected_cols, int64_t* total) {
+  OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true));
+  if (!w || w->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  const int64_t E = w->count();
+  OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64));
+  const int64_t* o = static_cast<const int64_t*>(offs.data);
+  int64_t prev = 0;
+  for (int64_t g = 0; g < E; ++g) {
+    const int64_t end = counts ? prev + o[g] : o[g];
+    if (end < prev || end > x.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "] gives rows up to ", end, " (previous ", prev,
+                   "), beyond x's ", x.sizes[0], " rows or decreasing");
+    if ((*w)[g].k != x.sizes[1])
+      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has K=", (*w)[g].k, " but x.sizes[1]=", x.sizes[1]);
+    if ((*w)[g].n != N_expected_cols)
+      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", N_expected_cols);
+    prev = end;
+  }
+  *total = prev;
+  return Status::Ok();
+}
+
+// Largest GEMM workspace over the group sizes that can occur (plans grow with M).
+size_t gemm_ws_bound(const TensorView& x, const PackedMatrix& w, int64_t max_rows, DType out_dtype) {
+  size_t best = 0;
+  for (int64_t m : {std::min<int64_t>(max_rows, 16), max_rows}) {
+    if (m < 1) continue;
+    GemmParams g{.a = make_view(x.data ? x.data : reinterpret_cast<void*>(64), x.dtype, {m, x.sizes[1]}),
+                 .packed_b = &w, .c = make_view(reinterpret_cast<void*>(64), out_dtype, {m, w.n})};
+    best = std::max(best, gemm_workspace_size(g));
+  }
+  return best;
+}
+
+}  // namespace
+
+size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) {
+  if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+  return gemm_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
+}
+
+Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
+  constexpr const char* op = "grouped_matmul";
+  int64_t total = 0;
+  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  OPTX_RETURN_IF_ERROR(grouped_common(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
+  const int64_t* o = static_cast<const int64_t*>(p.group_offsets.data);
+  const size_t xs = dtype_size(p.x.dtype), os = dtype_size(p.out.dtype);
+  const int64_t K = p.x.sizes[1], N = p.out.sizes[1];
+  int64_t begin = 0;
+  for (int64_t g = 0; g < p.weights->count(); ++g) {
+    const int64_t end = p.offsets_are_counts ? begin + o[g] : o[g];
+    if (end > begin) {  // empty groups cost nothing
+      GemmParams gp{.a = make_view(static_cast<uint8_t*>(p.x.data) + size_t(begin * K) * xs, p.x.dtype, {end - begin, K}),
+                    .packed_b = &(*p.weights)[g],
+                    .c = make_view(static_cast<uint8_t*>(p.out.data) + size_t(begin * N) * os, p.out.dtype, {end - begin, N})};
+      OPTX_RETURN_IF_ERROR(gemm(gp, ws));
+    }
+    begin = end;
+  }
+  return Status::Ok();
+}
+
+size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p) {
+  if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+  const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
+  return kAlign + align_up(size_t(M * N2) * sizeof(float)) + gemm_ws_bound(p.x, (*p.weights)[0], M, DType::kF32);  // + aligning the base
+}
+
+Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {
+  constexpr const char* op = "grouped_matmul_swiglu";
+  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  const int64_t N2 = (*p.weights)[0].n, I = N2 / 2;
+  if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
+  int64_t total = 0;
+  OPTX_RETURN_IF_ERROR(grouped_common(op, p.x, p.weights, p.group_offsets, false, N2, &total));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], I, true));
+  const size_t need = grouped_matmul_swiglu_workspace_size(p);
+  if (ws.bytes < need || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
+  float* h = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  Workspace gws{reinterpret_cast<uint8_t*>(h) + align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)),
+                ws.bytes - (align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)) + (reinterpret_cast<uint8_t*>(h) - static_cast<uint8_t*>(ws.data)))};
+  OPTX_RETURN_IF_ERROR(grouped_matmul({.x = p.x, .weights = p.weights, .group_offsets = p.group_offsets,
+                                       .out = make_view(h, DType::kF32, {p.x.sizes[0], N2})},
+                                      gws));
+  const bool bf = p.out.dtype == DType::kBF16;
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (total > 16)
+  for (int64_t r = 0; r < total; ++r) {
+    const float* g = h + r * N2;
+    for (int64_t i = 0; i < I; ++i) {
+      const float v = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];
+      if (bf) static_cast<uint16_t*>(p.out.data)[r * I + i] = f32_to_bf16(v);
+      else static_cast<float*>(p.out.data)[r * I + i] = v;
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- finalize ---------------------------------------------------------------------------------
+Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace) {
+  constexpr const char* op = "moe_finalize_routing";
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", -1, -1, true));
+  const int64_t T = p.out.sizes[0], H = p.out.sizes[1];
+  if (H > kMaxHidden) return Error(StatusCode::kInvalidArgument, op, ": hidden H=", H, " exceeds ", kMaxHidden);
+  if (p.weights.rank != 2 || p.weights.dtype != DType::kF32) return Error(StatusCode::kInvalidArgument, op, ": weights must be f32 [T, k]");
+  const int64_t k = p.weights.sizes[1];
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.weights, "weights", T, k, false));
+  OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", T * k, DType::kI32));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.y, "y", -1, H, true));
+  if (!p.shared.empty()) OPTX_RETURN_IF_ERROR(check_2d(op, p.shared, "shared", T, H, true));
+  if (!p.residual.empty()) OPTX_RETURN_IF_ERROR(check_2d(op, p.residual, "residual", T, H, true));
+  const int32_t* inv = static_cast<const int32_t*>(p.inverse.data);
+  for (int64_t i = 0; i < T * k; ++i)
+    if (inv[i] < -1 || inv[i] >= p.y.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": inverse[", i, "]=", inv[i], " is outside [-1, ", p.y.sizes[0], ")");
+  const float* w = static_cast<const float*>(p.weights.data);
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 4)
+  for (int64_t t = 0; t < T; ++t) {
+    float acc[kMaxHidden];
+    for (int64_t h = 0; h < H; ++h) acc[h] = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t row = inv[t * k + j];
+      if (row < 0) continue;
+      const float wj = w[t * k + j];
+      for (int64_t h = 0; h < H; ++h) acc[h] += wj * load_f(p.y, row * H + h);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float v = acc[h];
+      if (!p.shared.empty()) v += load_f(p.shared, t * H + h);
+      if (!p.residual.empty()) v += load_f(p.residual, t * H + h);
+      if (p.out.dtype == DType::kBF16) static_cast<uint16_t*>(p.out.data)[t * H + h] = f32_to_bf16(v);
+      else static_cast<float*>(p.out.data)[t * H + h] = v;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace optx

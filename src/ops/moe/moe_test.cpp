@@ -1,0 +1,294 @@
+// MoE family: gating (all scorings, bias, groups, ties), routing (stable order, counts,
+// expert ranges), grouped GEMMs against per-expert references (empty groups, untouched
+// tails), finalize, and the whole layer against a double-precision composition.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "ops/moe/moe_testutil.h"
+#include "testing/compare.h"
+#include "testing/rng.h"
+
+namespace optx {
+namespace {
+
+using moe_testutil::gating_ref;
+
+struct GatingCase {
+  MoeScore score;
+  int64_t E, k, n_group, topk_group;
+  MoeGroupScore gs;
+  bool bias, renorm, tks;
+  float scaling;
+};
+
+TEST(MoeGating, MatchesReference) {
+  const GatingCase cases[] = {
+      {MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, false, 1.0f},
+      {MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, false, 1.0f},   // DeepSeek-V2-Lite
+      {MoeScore::kSoftmax, 160, 6, 8, 3, MoeGroupScore::kMax, false, false, false, 16.0f}, // V2: group-limited greedy
+      {MoeScore::kSigmoid, 256, 8, 8, 4, MoeGroupScore::kTop2Sum, true, true, false, 2.5f}, // V3: noaux_tc
+      {MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, false, 1.5f}, // V4-style scoring
+      {MoeScore::kSoftmax, 8, 1, 1, 1, MoeGroupScore::kMax, false, false, true, 1.0f},     // top-k then softmax
+      {MoeScore::kSoftmax, 16, 8, 1, 1, MoeGroupScore::kMax, false, true, true, 1.0f},
+  };
+  for (const GatingCase& c : cases)
+    for (int64_t T : {0, 1, 7, 128}) {
+      testing::Rng rng{uint64_t(c.E * 7 + T)};
+      std::vector<float> logits(static_cast<size_t>(T * c.E)), bias(static_cast<size_t>(c.E));
+      for (auto& x : logits) x = rng.uniform(-4, 4);
+      for (auto& x : bias) x = rng.uniform(-0.5f, 0.5f);
+      std::vector<int32_t> ids(size_t(T * c.k), -7);
+      std::vector<float> w(size_t(T * c.k), NAN);
+      MoeGatingParams p{.logits = make_view(logits.data(), DType::kF32, {T, c.E}),
+                        .bias = c.bias ? make_view(bias.data(), DType::kF32, {c.E}) : TensorView{},
+                        .topk_ids = make_view(ids.data(), DType::kI32, {T, c.k}),
+                        .topk_weights = make_view(w.data(), DType::kF32, {T, c.k}), .score = c.score, .n_group = c.n_group,
+                        .topk_group = c.topk_group, .group_score = c.gs, .renormalize = c.renorm, .topk_then_softmax = c.tks,
+                        .routed_scaling_factor = c.scaling};
+      ASSERT_TRUE(moe_gating_topk(p).ok());
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> l(logits.begin() + t * c.E, logits.begin() + (t + 1) * c.E), b;
+        if (c.bias) b.assign(bias.begin(), bias.end());
+        std::vector<int> rid;
+        std::vector<double> rw;
+        gating_ref(l, b, p, c.k, rid, rw);
+        for (int64_t j = 0; j < c.k; ++j) {
+          ASSERT_EQ(ids[size_t(t * c.k + j)], rid[size_t(j)]) << "E=" << c.E << " t=" << t << " j=" << j;
+          EXPECT_NEAR(w[size_t(t * c.k + j)], rw[size_t(j)], 1e-5 * std::max(1.0, std::fabs(rw[size_t(j)])));
+        }
+      }
+    }
+}
+
+TEST(MoeGating, TiesBreakToLowerExpertId) {
+  std::vector<float> logits = {1, 3, 3, 0, 3, 2};  // experts 1, 2, 4 tie
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  ASSERT_TRUE(moe_gating_topk({.logits = make_view(logits.data(), DType::kF32, {1, 6}), .topk_ids = make_view(ids.data(), DType::kI32, {1, 2}),
+                               .topk_weights = make_view(w.data(), DType::kF32, {1, 2})})
+                  .ok());
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_FLOAT_EQ(w[0], w[1]);
+}
+
+TEST(MoeRouting, StableSortCountsAndRange) {
+  const int64_t T = 7, k = 3, E = 5, H = 9;
+  testing::Rng rng(2);
+  std::vector<float> x(static_cast<size_t>(T * H));
+  for (auto& v : x) v = rng.uniform();
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (auto& v : ids) v = int32_t(rng.below(E));
+  for (auto [e0, e1] : {std::pair<int64_t, int64_t>{0, E}, {1, 3}, {4, 4}}) {
+    std::vector<float> sorted(size_t(T * k * H), NAN);
+    std::vector<int32_t> row_map(static_cast<size_t>(T * k)), inverse(size_t(T * k));
+    std::vector<int64_t> counts(static_cast<size_t>(E)), offsets(static_cast<size_t>(E));
+    ASSERT_TRUE(moe_init_routing({.x = make_view(x.data(), DType::kF32, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                                  .num_experts = E, .expert_begin = e0, .expert_end = e1,
+                                  .sorted_rows = make_view(sorted.data(), DType::kF32, {T * k, H}),
+                                  .row_map = make_view(row_map.data(), DType::kI32, {T * k}),
+                                  .inverse = make_view(inverse.data(), DType::kI32, {T * k}),
+                                  .counts = make_view(counts.data(), DType::kI64, {E}), .offsets = make_view(offsets.data(), DType::kI64, {E})})
+                    .ok());
+    int64_t pos = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const bool kept = e >= e0 && e < e1;
+      int64_t n = 0;
+      for (int64_t i = 0; i < T * k; ++i)  // (t, j) order within expert e
+        if (ids[size_t(i)] == e) {
+          if (!kept) {
+            EXPECT_EQ(inverse[size_t(i)], -1);
+            continue;
+          }
+          EXPECT_EQ(row_map[size_t(pos)], i);
+          EXPECT_EQ(inverse[size_t(i)], pos);
+          for (int64_t h = 0; h < H; ++h) ASSERT_EQ(sorted[size_t(pos * H + h)], x[size_t((i / k) * H + h)]);
+          ++pos, ++n;
+        }
+      EXPECT_EQ(counts[size_t(e)], n);
+      EXPECT_EQ(offsets[size_t(e)], pos);
+    }
+    for (int64_t r = pos; r < T * k; ++r) EXPECT_TRUE(std::isnan(sorted[size_t(r * H)])) << "rows past the kept count are untouched";
+  }
+  std::vector<int32_t> sorted_ids = {0, 0, 2, 2, 2, 4};
+  std::vector<int64_t> off(5);
+  ASSERT_TRUE(moe_compute_expert_tokens(make_view(sorted_ids.data(), DType::kI32, {6}), make_view(off.data(), DType::kI64, {5})).ok());
+  EXPECT_EQ(off, (std::vector<int64_t>{2, 2, 5, 5, 6}));
+}
+
+// x sorted by group, E experts of [N, K]; compare to per-row double dot products.
+TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroups) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t E = 5, K = 37, N = 70, I = 35;
+    const std::vector<int64_t> counts = {3, 0, 17, 1, 0};
+    const int64_t M = 21 + 4;  // 4 tail rows past the groups stay untouched
+    testing::Rng rng(9);
+    std::vector<float> xf(static_cast<size_t>(M * K)), wf(size_t(E * N * K));
+    for (auto& v : xf) v = rng.uniform();
+    for (auto& v : wf) v = rng.uniform();
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]), xf[i] = dt == DType::kBF16 ? bf16_to_f32(xb[i]) : xf[i];
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]), wf[i] = dt == DType::kBF16 ? bf16_to_f32(wb[i]) : wf[i];
+    void* xd = dt == DType::kBF16 ? static_cast<void*>(xb.data()) : xf.data();
+    PackedWeights w;
+    ASSERT_TRUE(pack_weights({.w = make_view(dt == DType::kBF16 ? static_cast<void*>(wb.data()) : wf.data(), dt, {E, N, K})}, &w).ok());
+    std::vector<int64_t> offs(static_cast<size_t>(E));
+    std::partial_sum(counts.begin(), counts.end(), offs.begin());
+    std::vector<float> out(size_t(M * N), NAN);
+    GroupedMatmulParams p{.x = make_view(xd, dt, {M, K}), .weights = &w, .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                          .out = make_view(out.data(), DType::kF32, {M, N})};
+    std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+    ASSERT_TRUE(grouped_matmul(p, {ws.data(), ws.size()}).ok());
+    std::vector<double> got, ref;
+    int64_t r = 0;
+    for (int64_t g = 0; g < E; ++g)
+      for (int64_t i = 0; i < counts[size_t(g)]; ++i, ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0;
+          for (int64_t kk = 0; kk < K; ++kk) s += double(xf[size_t(r * K + kk)]) * wf[size_t((g * N + n) * K + kk)];
+          ref.push_back(s);
+          got.push_back(out[size_t(r * N + n)]);
+        }
+    EXPECT_TRUE(testing::compare(got, ref, {1e-4, 1e-4}).pass) << dtype_name(dt);
+    for (int64_t t = 21; t < M; ++t) EXPECT_TRUE(std::isnan(out[size_t(t * N)])) << "row " << t << " past the groups was written";
+    // counts form of the same call
+    std::vector<float> out2(size_t(M * N), NAN);
+    GroupedMatmulParams pc = p;
+    pc.group_offsets = make_view(const_cast<int64_t*>(counts.data()), DType::kI64, {E});
+    pc.offsets_are_counts = true;
+    pc.out = make_view(out2.data(), DType::kF32, {M, N});
+    ASSERT_TRUE(grouped_matmul(pc, {ws.data(), ws.size()}).ok());
+    for (int64_t i = 0; i < 21 * N; ++i) ASSERT_EQ(out[size_t(i)], out2[size_t(i)]);
+    // SwiGLU: weights [2I, K] = [gate; up] per expert
+    std::vector<float> h(size_t(M * I), NAN);
+    GroupedMatmulSwigluParams s{.x = p.x, .weights = &w, .group_offsets = p.group_offsets, .out = make_view(h.data(), DType::kF32, {M, I})};
+    std::vector<uint8_t> ws2(grouped_matmul_swiglu_workspace_size(s));
+    { const Status st = grouped_matmul_swiglu(s, {ws2.data(), ws2.size()}); ASSERT_TRUE(st.ok()) << st.message(); }
+    got.clear(), ref.clear();
+    for (int64_t i = 0; i < 21; ++i)
+      for (int64_t c = 0; c < I; ++c) {
+        ref.push_back(moe_testutil::silu(double(out[size_t(i * N + c)])) * out[size_t(i * N + I + c)]);
+        got.push_back(h[size_t(i * I + c)]);
+      }
+    EXPECT_TRUE(testing::compare(got, ref, {1e-5, 1e-4}).pass);
+  }
+}
+
+TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
+  const int64_t T = 3, k = 2, H = 5, R = 4;
+  std::vector<float> y(static_cast<size_t>(R * H)), shared(size_t(T * H)), res(size_t(T * H)), out(size_t(T * H));
+  testing::Rng rng(1);
+  for (auto* v : {&y, &shared, &res})
+    for (auto& x : *v) x = rng.uniform();
+  std::vector<int32_t> inv = {0, 3, -1, 1, 2, -1};
+  std::vector<float> w = {0.5f, 0.25f, 0.7f, 0.3f, 1.0f, 2.0f};
+  ASSERT_TRUE(moe_finalize_routing({.y = make_view(y.data(), DType::kF32, {R, H}), .inverse = make_view(inv.data(), DType::kI32, {T * k}),
+                                    .weights = make_view(w.data(), DType::kF32, {T, k}), .shared = make_view(shared.data(), DType::kF32, {T, H}),
+                                    .residual = make_view(res.data(), DType::kF32, {T, H}), .out = make_view(out.data(), DType::kF32, {T, H})})
+                  .ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double want = shared[size_t(t * H + h)] + res[size_t(t * H + h)];
+      for (int64_t j = 0; j < k; ++j)
+        if (inv[size_t(t * k + j)] >= 0) want += double(w[size_t(t * k + j)]) * y[size_t(inv[size_t(t * k + j)] * H + h)];
+      EXPECT_NEAR(out[size_t(t * H + h)], want, 1e-5);
+    }
+}
+
+// The whole layer against a double-precision evaluation of the same model.
+TEST(MoeForward, MatchesDoubleComposition) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int64_t T : {1, 7, 40}) {
+      const int64_t H = 48, E = 8, k = 3, I = 24, Is = 32;
+      testing::Rng rng{uint64_t(T)};
+      auto rnd = [&](size_t n, float a) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = rng.uniform(-a, a);
+        if (dt == DType::kBF16)
+          for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+        return v;
+      };
+      std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.2f),
+                         dn = rnd(size_t(E * H * I), 0.2f), sgu = rnd(size_t(2 * Is * H), 0.2f), sdn = rnd(size_t(H * Is), 0.2f);
+      auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
+        if (dt == DType::kF32) return v.data();
+        b.resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+        return b.data();
+      };
+      std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
+      PackedWeights Wgu, Wdn, Wsgu, Wsdn;
+      ASSERT_TRUE(pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu).ok());
+      ASSERT_TRUE(pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn).ok());
+      ASSERT_TRUE(pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu).ok());
+      ASSERT_TRUE(pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn).ok());
+      std::vector<float> outf(static_cast<size_t>(T * H));
+      std::vector<uint16_t> outb(static_cast<size_t>(T * H));
+      MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = k,
+                         .renormalize = true, .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Wsgu, .shared_down = &Wsdn,
+                         .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
+      std::vector<uint8_t> ws(moe_forward_workspace_size(p));
+      ASSERT_TRUE(moe_forward(p, {ws.data(), ws.size()}).ok());
+      std::vector<double> got, ref;
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> logits(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t h = 0; h < H; ++h) logits[size_t(e)] += double(x[size_t(t * H + h)]) * router[size_t(e * H + h)];
+        std::vector<int> ids;
+        std::vector<double> w;
+        MoeGatingParams gp;
+        gp.renormalize = true;
+        gating_ref(logits, {}, gp, k, ids, w);
+        std::vector<double> o(size_t(H), 0.0);
+        auto mlp = [&](const std::vector<float>& gup, int64_t goff, const std::vector<float>& dwn, int64_t doff, int64_t II, double scale) {
+          std::vector<double> hh(static_cast<size_t>(II));
+          for (int64_t i = 0; i < II; ++i) {
+            double g = 0, u = 0;
+            for (int64_t h = 0; h < H; ++h) {
+              g += double(x[size_t(t * H + h)]) * gup[size_t(goff + i * H + h)];
+              u += double(x[size_t(t * H + h)]) * gup[size_t(goff + (II + i) * H + h)];
+            }
+            hh[size_t(i)] = moe_testutil::silu(g) * u;
+          }
+          for (int64_t h = 0; h < H; ++h) {
+            double s = 0;
+            for (int64_t i = 0; i < II; ++i) s += hh[size_t(i)] * dwn[size_t(doff + h * II + i)];
+            o[size_t(h)] += scale * s;
+          }
+        };
+        for (int64_t j = 0; j < k; ++j) mlp(gu, ids[size_t(j)] * 2 * I * H, dn, ids[size_t(j)] * H * I, I, w[size_t(j)]);
+        mlp(sgu, 0, sdn, 0, Is, 1.0);
+        for (int64_t h = 0; h < H; ++h) {
+          ref.push_back(o[size_t(h)]);
+          got.push_back(dt == DType::kF32 ? outf[size_t(t * H + h)] : bf16_to_f32(outb[size_t(t * H + h)]));
+        }
+      }
+      double mx = 0;
+      for (double r : ref) mx = std::max(mx, std::fabs(r));
+      // bf16 rounds the intermediate h and y rows (as any bf16 pipeline does).
+      const testing::Tolerance tol = dt == DType::kF32 ? testing::Tolerance{1e-4 * mx, 1e-4} : testing::Tolerance{2e-2 * mx, 2e-2};
+      const auto c = testing::compare(got, ref, tol);
+      EXPECT_TRUE(c.pass) << dtype_name(dt) << " T=" << T << ": " << c.message;
+    }
+}
+
+TEST(MoeBadInput, MessagesNameTheArgument) {
+  std::vector<float> logits(2 * 8);
+  std::vector<int32_t> ids(2 * 3);
+  std::vector<float> w(2 * 3);
+  MoeGatingParams p{.logits = make_view(logits.data(), DType::kF32, {2, 8}), .topk_ids = make_view(ids.data(), DType::kI32, {2, 3}),
+                    .topk_weights = make_view(w.data(), DType::kF32, {2, 3}), .n_group = 3};
+  EXPECT_NE(moe_gating_topk(p).message().find("n_group=3 must divide E=8"), std::string::npos);
+  p.n_group = 4, p.topk_group = 1;
+  EXPECT_NE(moe_gating_topk(p).message().find("top-k=3 must be in [1, min(32, experts in the kept groups = 2)]"), std::string::npos)
+      << moe_gating_topk(p).message();
+  std::vector<int32_t> bad = {0, 9};
+  std::vector<int64_t> off(4);
+  EXPECT_NE(moe_compute_expert_tokens(make_view(bad.data(), DType::kI32, {2}), make_view(off.data(), DType::kI64, {4})).message().find(
+                "sorted_ids[1]=9"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace optx
