@@ -40,12 +40,16 @@ Status moe_gating_topk(const MoeGatingParams& p, Workspace ws = {});
 //   inverse[t*k+j]  = i, or -1 when expert ids[t, j] is outside [expert_begin, expert_end)
 //   counts[e]       = rows of expert e; offsets[e] = sum of counts[0..e] (end offsets)
 // Rows of experts outside the range are dropped (expert parallelism: other ranks own them).
+// With sorted_rows of dtype i8 the gathered rows are quantised per row (dynamic per-token
+// int8: scale = max|row| / 127, codes rne(row * 127 / max|row|) in [-127, 127]) and the
+// scales go to row_scales; otherwise row_scales must be empty.
 struct MoeRoutingParams {
   TensorView x;            // [T, H] f32 | bf16
   TensorView topk_ids;     // [T, k] i32
   int64_t num_experts = 0;
   int64_t expert_begin = 0, expert_end = -1;  // -1: num_experts
-  TensorView sorted_rows;  // [T*k, H], dtype of x (rows past the kept count untouched)
+  TensorView sorted_rows;  // [T*k, H], dtype of x or i8 (rows past the kept count untouched)
+  TensorView row_scales;   // [T*k] f32 when sorted_rows is i8
   TensorView row_map;      // [T*k] i32
   TensorView inverse;      // [T*k] i32
   TensorView counts;       // [E] i64

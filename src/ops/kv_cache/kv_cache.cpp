@@ -14,22 +14,6 @@
 
 namespace optx {
 namespace kv_detail {
-
-template <class T>
-void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
-  auto f = [](T v) { return std::is_same_v<T, float> ? float(v) : bf16_to_f32(uint16_t(v)); };
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(f(x[i])));
-  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = std::nearbyint(f(x[i]) * inv);  // current rounding mode: nearest even
-    q[i] = int8_t(std::clamp(r, -127.0f, 127.0f));
-  }
-  *scale = amax / 127.0f;
-}
-template void quantize_row_i8<float>(const float*, int64_t, int8_t*, float*);
-template void quantize_row_i8<uint16_t>(const uint16_t*, int64_t, int8_t*, float*);
-
 namespace {
 
 Status check_rows(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dispatch/registry.h"
+#include "numerics/quant_i8.h"
 #include "optx/kv_cache.h"
 #include "ops/rope/rope_internal.h"
 
@@ -105,9 +106,7 @@ Status gather_reference(const GatherArgs& a);
 Status mla_reference(const MlaArgs& a);
 Status qkv_reference(const QkvArgs& a);
 
-// i8 quantisation shared by the write op and its reference: scale = max|x| / 127,
-// q = clamp(rne(x * (127 / max|x|)), -127, 127); an all-zero row gets scale 0.
-template <class T>
-void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale);
+// i8 rows: one quantiser for the write op and its reference (numerics/quant_i8.h).
+using numerics::quantize_row_i8;
 
 }  // namespace optx::kv_detail

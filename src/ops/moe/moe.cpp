@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dispatch/registry.h"
+#include "numerics/quant_i8.h"
 
 namespace optx {
 namespace {
@@ -159,8 +160,13 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
     return Error(StatusCode::kInvalidArgument, op, ": topk_ids must be i32 [T, k]");
   const int64_t k = p.topk_ids.sizes[1], N = T * k;
   OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, k, false));
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.sorted_rows, "sorted_rows", N, H, true));
-  if (p.sorted_rows.dtype != p.x.dtype) return Error(StatusCode::kInvalidArgument, op, ": sorted_rows.dtype must be x.dtype");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.sorted_rows, "sorted_rows", N, H, false));
+  const bool quant = p.sorted_rows.dtype == DType::kI8;
+  if (!quant && p.sorted_rows.dtype != p.x.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": sorted_rows.dtype must be x.dtype or i8");
+  if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.row_scales, "row_scales", N, DType::kF32));
+  else if (p.row_scales.data)
+    return Error(StatusCode::kInvalidArgument, op, ": row_scales is only written when sorted_rows is i8");
   OPTX_RETURN_IF_ERROR(check_1d(op, p.row_map, "row_map", N, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", N, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.counts, "counts", E, DType::kI64));
@@ -199,6 +205,20 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
   for (int64_t i = run; i < N; ++i) row_map[i] = -1;
   const size_t row_bytes = size_t(H) * dtype_size(p.x.dtype);
   const uint8_t* x = static_cast<const uint8_t*>(p.x.data);
+  if (quant) {
+    // Each of a token's k copies is quantised on its own: identical codes, and no shared
+    // per-token scratch between threads.
+    int8_t* q = static_cast<int8_t*>(p.sorted_rows.data);
+    float* scales = static_cast<float*>(p.row_scales.data);
+    const bool bf16 = p.x.dtype == DType::kBF16;
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (run * H > (1 << 16))
+    for (int64_t pos = 0; pos < run; ++pos) {
+      const uint8_t* src = x + size_t(row_map[pos] / k) * row_bytes;
+      if (bf16) numerics::quantize_row_i8(reinterpret_cast<const uint16_t*>(src), H, q + pos * H, scales + pos);
+      else numerics::quantize_row_i8(reinterpret_cast<const float*>(src), H, q + pos * H, scales + pos);
+    }
+    return Status::Ok();
+  }
   uint8_t* out = static_cast<uint8_t*>(p.sorted_rows.data);
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (run > 64)
   for (int64_t pos = 0; pos < run; ++pos) std::memcpy(out + size_t(pos) * row_bytes, x + size_t(row_map[pos] / k) * row_bytes, row_bytes);

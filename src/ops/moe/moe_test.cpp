@@ -117,6 +117,53 @@ TEST(MoeRouting, StableSortCountsAndRange) {
   EXPECT_EQ(off, (std::vector<int64_t>{2, 2, 5, 5, 6}));
 }
 
+// Dynamic per-token int8 of the routed rows: codes within 1 LSB of the exact x / scale,
+// scale = max|row| / 127 exactly, all-zero rows give scale 0, same order as the plain gather.
+TEST(MoeRouting, Int8RowsWithinOneLsbOfDoubleReference) {
+  const int64_t T = 9, k = 2, E = 4, H = 37;  // H not a multiple of 16
+  testing::Rng rng(5);
+  std::vector<uint16_t> xb(static_cast<size_t>(T * H));
+  testing::fill_bf16(xb.data(), T * H, rng);
+  for (int64_t h = 0; h < H; ++h) xb[size_t(3 * H + h)] = 0;  // token 3: all zero
+  std::vector<float> xf(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]) * 3.0f;
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (auto& v : ids) v = int32_t(rng.below(E));
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    void* x = dt == DType::kBF16 ? static_cast<void*>(xb.data()) : static_cast<void*>(xf.data());
+    auto xv = [&](int64_t t, int64_t h) {
+      return dt == DType::kBF16 ? double(bf16_to_f32(xb[size_t(t * H + h)])) : double(xf[size_t(t * H + h)]);
+    };
+    std::vector<int8_t> q(static_cast<size_t>(T * k * H));
+    std::vector<float> scales(static_cast<size_t>(T * k), -1.0f);
+    std::vector<int32_t> row_map(static_cast<size_t>(T * k)), inverse(size_t(T * k));
+    std::vector<int64_t> counts(static_cast<size_t>(E)), offsets(static_cast<size_t>(E));
+    MoeRoutingParams p{.x = make_view(x, dt, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}), .num_experts = E,
+                       .sorted_rows = make_view(q.data(), DType::kI8, {T * k, H}),
+                       .row_scales = make_view(scales.data(), DType::kF32, {T * k}),
+                       .row_map = make_view(row_map.data(), DType::kI32, {T * k}),
+                       .inverse = make_view(inverse.data(), DType::kI32, {T * k}),
+                       .counts = make_view(counts.data(), DType::kI64, {E}), .offsets = make_view(offsets.data(), DType::kI64, {E})};
+    ASSERT_TRUE(moe_init_routing(p).ok());
+    for (int64_t pos = 0; pos < T * k; ++pos) {
+      const int64_t t = row_map[size_t(pos)] / k;
+      double amax = 0;
+      for (int64_t h = 0; h < H; ++h) amax = std::max(amax, std::fabs(xv(t, h)));
+      EXPECT_NEAR(scales[size_t(pos)], amax / 127, amax / 127 * 1e-6) << "row " << pos;
+      for (int64_t h = 0; h < H; ++h) {
+        const int c = q[size_t(pos * H + h)];
+        const double exact = amax > 0 ? xv(t, h) * 127 / amax : 0.0;
+        ASSERT_LE(std::fabs(c - exact), 1.0) << dtype_name(dt) << " row " << pos << " h " << h;
+        ASSERT_GE(c, -127);
+      }
+    }
+    p.row_scales = make_view(scales.data(), DType::kF32, {T * k - 1});
+    const Status bad = moe_init_routing(p);
+    EXPECT_FALSE(bad.ok());
+    EXPECT_NE(bad.message().find("row_scales"), std::string::npos) << bad.message();
+  }
+}
+
 // x sorted by group, E experts of [N, K]; compare to per-row double dot products.
 TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
