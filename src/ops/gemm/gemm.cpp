@@ -53,6 +53,7 @@ Status check_strides(const TensorView& t, const char* name) {
 struct Plan {
   int64_t M = 0, N = 0, K = 0, panels = 0;
   int64_t kc = 0, mc = 0, n_ic = 0;
+  int64_t mc_ws = 0;  // rows the buffers are sized for: the chunk cap, not the balanced mc
   int threads = 1;
   bool split_n = true;
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
@@ -95,14 +96,20 @@ Plan make_plan(const GemmParams& p, bool amx) {
     int64_t mc = kL2Budget / std::max<int64_t>(pl.lda_amx * 2, 1);
     mc = std::clamp<int64_t>(mc / kAmxRows * kAmxRows, kAmxRows, 8 * kAmxRows);
     pl.mc = std::min(balanced(mc, kAmxRows), (pl.M + kAmxRows - 1) / kAmxRows * kAmxRows);
+    pl.mc_ws = std::min(mc, (pl.M + kAmxRows - 1) / kAmxRows * kAmxRows);
   } else if (pl.M <= kDecodeRows) {
-    pl.mc = std::max<int64_t>(pl.M, 1);
+    pl.mc = pl.mc_ws = std::max<int64_t>(pl.M, 1);
   } else {
     int64_t mc = kL2Budget / std::max<int64_t>(pl.K * int64_t(sizeof(float)), 1);
     mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
     pl.mc = std::min(balanced(mc, kMR), (pl.M + kMR - 1) / kMR * kMR);
+    pl.mc_ws = std::min(mc, (pl.M + kMR - 1) / kMR * kMR);
   }
   pl.n_ic = (pl.M + pl.mc - 1) / pl.mc;
+
+  // Buffers are sized for mc_ws >= mc: balancing can shrink mc for one M and not for a
+  // larger one, and callers that size one workspace for many shapes (grouped GEMM) need
+  // the workspace to grow monotonically with M.
 
   // Split the row chunks when there are enough: each thread packs only its own A and
   // streams all of B from L3 (measured 2 threads, f32 2048^3: 293-299 vs 287-290 GFLOP/s
@@ -118,7 +125,7 @@ Plan make_plan(const GemmParams& p, bool amx) {
 
   size_t off = 0;
   pl.acc_off = off;
-  off = align_up(off + size_t(std::max<int64_t>(pl.mc, 4)) * kNR * sizeof(float));  // >= 4 for gemv4
+  off = align_up(off + size_t(std::max<int64_t>(pl.mc_ws, 4)) * kNR * sizeof(float));  // >= 4 for gemv4
   pl.bbuf_off = off;
   if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
@@ -129,9 +136,9 @@ Plan make_plan(const GemmParams& p, bool amx) {
   pl.k_even = (pl.K + 1) / 2 * 2;
   pl.apack_off = off;
   if (amx)
-    off = align_up(off + size_t(pl.mc) * size_t(pl.lda_amx) * sizeof(uint16_t));
+    off = align_up(off + size_t(pl.mc_ws) * size_t(pl.lda_amx) * sizeof(uint16_t));
   else
-    off = align_up(off + size_t((pl.mc + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
+    off = align_up(off + size_t((pl.mc_ws + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
   pl.per_thread = off;
   return pl;
 }
@@ -142,17 +149,14 @@ bool amx_eligible(const GemmParams& p) {
   return p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16 && p.a.sizes[0] > kDecodeRows;
 }
 
-// Sized for either plan so the caller's workspace does not depend on the implementation.
+// Sized for either plan so the caller's workspace does not depend on the implementation,
+// and for every thread the caller allows (not only those this M keeps busy), so the size
+// never shrinks as M grows: grouped GEMMs size one workspace from their largest group.
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t workspace_bytes(const GemmParams& p) {
-  const Plan v = make_plan(p, false);
-  size_t per = v.per_thread, threads = size_t(v.threads);
-  if (amx_eligible(p)) {
-    const Plan a = make_plan(p, true);
-    per = std::max(per, a.per_thread);
-    threads = std::max(threads, size_t(a.threads));
-  }
-  return per * threads + kAlign;
+  size_t per = make_plan(p, false).per_thread;
+  if (amx_eligible(p)) per = std::max(per, make_plan(p, true).per_thread);
+  return per * size_t(std::max(1, num_threads())) + kAlign;
 }
 
 struct ThreadRange {

@@ -132,6 +132,28 @@ TEST(Gemm, DeterministicAndThreadCountIndependent) {
   EXPECT_EQ(c1, c3);
 }
 
+// Grouped GEMM sizes one workspace for all its groups from the largest M, which is only
+// valid if the workspace never shrinks as M grows (at any thread count, any dtype).
+TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
+  for (int threads : {1, 2, 3})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (int64_t K : {37, 2048}) {
+        set_num_threads(threads);
+        const int64_t N = 128;
+        std::vector<uint8_t> b(size_t(N * K) * dtype_size(dt));
+        PackedWeights pw;
+        ASSERT_TRUE(pack_weights({.w = make_view(b.data(), dt, {N, K})}, &pw).ok());
+        size_t prev = 0;
+        for (int64_t M = 1; M <= 1100; ++M) {
+          GemmParams p{.a = make_view(b.data(), dt, {M, K}), .packed_b = &pw[0], .c = make_view(b.data(), DType::kF32, {M, N})};
+          const size_t ws = gemm_workspace_size(p);
+          ASSERT_GE(ws, prev) << dtype_name(dt) << " K=" << K << " threads=" << threads << " M=" << M;
+          prev = ws;
+        }
+      }
+  set_num_threads(0);
+}
+
 TEST(Gemm, PackedGroupOfMatrices) {
   // [E, N, K] packs into E independent matrices, each equal to packing its slice alone.
   const int64_t E = 3, N = 70, K = 11;
