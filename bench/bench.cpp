@@ -97,6 +97,11 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
   return out;
 }
 
+void Context::fail(const std::string& op, const std::string& case_, const std::string& message) const {
+  std::fprintf(stderr, "optx bench: %s %s failed: %s\n", op.c_str(), case_.c_str(), message.c_str());
+  if (failures) failures->push_back(op + " " + case_);
+}
+
 void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   r.median_ms = t.median_ms;
   r.p90_ms = t.p90_ms;

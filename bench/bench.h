@@ -43,6 +43,10 @@ struct Context {
   bool quick = false;
   Ceilings ceil;
   std::vector<Record>* records = nullptr;
+  // Cases whose op returned an error: reported on stderr, no row, and `optx bench` exits 1,
+  // so a failing call is never timed and shown as a result.
+  std::vector<std::string>* failures = nullptr;
+  void fail(const std::string& op, const std::string& case_, const std::string& message) const;
 
   // Runs fn once to warm up, then repeatedly for at least min_reps calls and min_seconds.
   Timing time_it(const std::function<void()>& fn) const;

@@ -160,6 +160,8 @@ int cmd_bench(const Args& a) {
   ctx.quick = a.quick;
   std::vector<bench::Record> recs;
   ctx.records = &recs;
+  std::vector<std::string> failures;
+  ctx.failures = &failures;
   std::fprintf(stderr, "optx bench: measuring ceilings at %d threads...\n", ctx.threads);
   ctx.ceil = bench::measure_ceilings(ctx.threads, a.quick);
   auto ceiling = [&](const char* kind, double gflops, double gbs) {
@@ -210,6 +212,10 @@ int cmd_bench(const Args& a) {
       std::fprintf(stderr, "optx bench: cannot write %s\n", a.json.c_str());
       return 1;
     }
+  }
+  if (!failures.empty()) {
+    std::fprintf(stderr, "optx bench: %zu case(s) failed and have no row\n", failures.size());
+    return 1;
   }
   return 0;
 }

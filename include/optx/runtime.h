@@ -40,6 +40,21 @@ std::vector<std::string> registered_ops();
 void set_num_threads(int n);
 int num_threads();
 
+// Overrides num_threads() for the calling thread only, while in scope (scopes nest). An op
+// that already spreads independent work items over the threads (e.g. MoE experts) runs
+// the ops inside each item with ThreadScope serial(1), so they neither fork a nested team
+// nor plan their tiles for threads they will not get.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int n);
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int prev_;
+};
+
 // ---- memory -------------------------------------------------------------------------------
 inline constexpr size_t kAlign = 64;
 void* aligned_alloc_bytes(size_t bytes, size_t align = kAlign);  // nullptr on failure

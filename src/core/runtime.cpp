@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,7 @@ Isa compute_active_isa() {
 }
 
 std::atomic<int> g_threads{0};
+thread_local int t_threads = 0;  // ThreadScope override; 0 = use g_threads
 
 int default_threads() {
   const char* env = std::getenv("OMP_NUM_THREADS");
@@ -75,7 +77,11 @@ Isa active_isa() {
 
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : default_threads()); }
 
+ThreadScope::ThreadScope(int n) : prev_(t_threads) { t_threads = std::max(n, 0); }
+ThreadScope::~ThreadScope() { t_threads = prev_; }
+
 int num_threads() {
+  if (t_threads > 0) return t_threads;
   int n = g_threads.load(std::memory_order_relaxed);
   if (n <= 0) {
     n = default_threads();

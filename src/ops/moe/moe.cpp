@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -21,6 +22,9 @@ namespace {
 constexpr int64_t kMaxExperts = 1024;
 constexpr int64_t kMaxTopK = 32;
 constexpr int64_t kMaxHidden = 16384;
+// Below this many non-empty groups per thread, LPT over whole groups leaves threads idle
+// at the tail; splitting each GEMM across the threads is the better schedule.
+constexpr int kQueueItemsPerThread = 2;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -272,23 +276,28 @@ Status grouped_common(const char* op, const TensorView& x, const PackedWeights* 
   return Status::Ok();
 }
 
-// Largest GEMM workspace over the group sizes that can occur (plans grow with M).
+// Largest GEMM workspace over the group sizes that can occur: gemm sizes its buffers for
+// its row-chunk cap, so the workspace grows monotonically with M and M = max_rows bounds it.
 size_t gemm_ws_bound(const TensorView& x, const PackedMatrix& w, int64_t max_rows, DType out_dtype) {
-  size_t best = 0;
-  for (int64_t m : {std::min<int64_t>(max_rows, 16), max_rows}) {
-    if (m < 1) continue;
-    GemmParams g{.a = make_view(x.data ? x.data : reinterpret_cast<void*>(64), x.dtype, {m, x.sizes[1]}),
-                 .packed_b = &w, .c = make_view(reinterpret_cast<void*>(64), out_dtype, {m, w.n})};
-    best = std::max(best, gemm_workspace_size(g));
-  }
-  return best;
+  if (max_rows < 1) return 0;
+  GemmParams g{.a = make_view(x.data ? x.data : reinterpret_cast<void*>(64), x.dtype, {max_rows, x.sizes[1]}),
+               .packed_b = &w, .c = make_view(reinterpret_cast<void*>(64), out_dtype, {max_rows, w.n})};
+  return gemm_workspace_size(g);
+}
+
+// Expert-queue workspace: one serial GEMM workspace per thread, each aligned.
+size_t queue_ws_bound(const TensorView& x, const PackedMatrix& w, int64_t max_rows, DType out_dtype) {
+  const int nt = num_threads();
+  ThreadScope serial(1);
+  return size_t(nt) * align_up(gemm_ws_bound(x, w, max_rows, out_dtype) + kAlign);
 }
 
 }  // namespace
 
 size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) {
   if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
-  return gemm_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
+  return std::max(gemm_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype),
+                  queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype));
 }
 
 Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
@@ -300,24 +309,57 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
   const int64_t* o = static_cast<const int64_t*>(p.group_offsets.data);
   const size_t xs = dtype_size(p.x.dtype), os = dtype_size(p.out.dtype);
   const int64_t K = p.x.sizes[1], N = p.out.sizes[1];
+  struct Item {
+    int64_t g, begin, end;
+  };
+  std::vector<Item> items;
   int64_t begin = 0;
   for (int64_t g = 0; g < p.weights->count(); ++g) {
     const int64_t end = p.offsets_are_counts ? begin + o[g] : o[g];
-    if (end > begin) {  // empty groups cost nothing
-      GemmParams gp{.a = make_view(static_cast<uint8_t*>(p.x.data) + size_t(begin * K) * xs, p.x.dtype, {end - begin, K}),
-                    .packed_b = &(*p.weights)[g],
-                    .c = make_view(static_cast<uint8_t*>(p.out.data) + size_t(begin * N) * os, p.out.dtype, {end - begin, N})};
-      OPTX_RETURN_IF_ERROR(gemm(gp, ws));
-    }
+    if (end > begin) items.push_back({g, begin, end});  // empty groups cost nothing
     begin = end;
   }
-  return Status::Ok();
+  auto run = [&](const Item& it, Workspace w) {
+    GemmParams gp{.a = make_view(static_cast<uint8_t*>(p.x.data) + size_t(it.begin * K) * xs, p.x.dtype, {it.end - it.begin, K}),
+                  .packed_b = &(*p.weights)[it.g],
+                  .c = make_view(static_cast<uint8_t*>(p.out.data) + size_t(it.begin * N) * os, p.out.dtype, {it.end - it.begin, N})};
+    return gemm(gp, w);
+  };
+  const int nt = num_threads();
+  if (nt == 1 || int64_t(items.size()) < int64_t(kQueueItemsPerThread) * nt) {
+    // Few groups: split each GEMM across all threads (column split for decode rows).
+    for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
+    return Status::Ok();
+  }
+  // Many groups: a shared queue of whole groups, largest first (LPT), each GEMM serial on
+  // the thread that took it. No fork/join or A re-pack split per group, and a thread never
+  // waits while another still has groups to take; the tail is bounded by the smallest items.
+  const size_t need = queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
+  if (ws.bytes < need || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_workspace_size()=", need);
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
+  const size_t slice = need / size_t(nt);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  Status first_error = Status::Ok();
+#pragma omp parallel num_threads(nt)
+  {
+    ThreadScope serial(1);
+    const int t = omp_get_thread_num();
+    Workspace mine{static_cast<uint8_t*>(ws.data) + size_t(t) * slice, slice};
+    for (size_t i = next++; i < items.size() && !failed.load(std::memory_order_relaxed); i = next++) {
+      Status st = run(items[i], mine);
+      if (!st.ok() && !failed.exchange(true)) first_error = std::move(st);
+    }
+  }
+  return first_error;
 }
 
 size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p) {
   if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
   const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
-  return kAlign + align_up(size_t(M * N2) * sizeof(float)) + gemm_ws_bound(p.x, (*p.weights)[0], M, DType::kF32);  // + aligning the base
+  const size_t gemm_ws = std::max(gemm_ws_bound(p.x, (*p.weights)[0], M, DType::kF32), queue_ws_bound(p.x, (*p.weights)[0], M, DType::kF32));
+  return kAlign + align_up(size_t(M * N2) * sizeof(float)) + gemm_ws;  // + aligning the base
 }
 
 Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {

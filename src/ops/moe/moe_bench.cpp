@@ -72,9 +72,11 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   const double flops = 2.0 * T * (kK * 3.0 * kH * kI + 3.0 * kH * kIs);
   const std::string cs = "dtype=bf16 T=" + std::to_string(T) + " routing=" + (zipf ? "zipf" : "uniform");
   int set = 0;
+  Status status = Status::Ok();  // first failure, if any: a failed call must not be timed as a result
   auto optx_fn = [&] {
     p.x.data = x[size_t(set++ % kSets)].data();
-    (void)moe_forward(p, {ws.data(), ws.size()});
+    Status st = moe_forward(p, {ws.data(), ws.size()});
+    if (!st.ok() && status.ok()) status = std::move(st);
   };
   // basic: the per-expert loop, same routing decisions (precomputed above), optx GEMMs.
   std::vector<uint16_t> rows(static_cast<size_t>(T * kH)), hid(static_cast<size_t>(T * kIs)), y(static_cast<size_t>(T * kH));
@@ -82,16 +84,19 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   std::vector<int64_t> tok(static_cast<size_t>(T));
   std::vector<float> tw(static_cast<size_t>(T));
   std::vector<uint8_t> gws(1 << 24);
+  auto check = [&](Status st) {
+    if (!st.ok() && status.ok()) status = std::move(st);
+  };
   auto mlp = [&](int64_t n, const PackedMatrix& wgu, const PackedMatrix& wdn, int64_t I) {
-    (void)gemm({.a = make_view(rows.data(), DType::kBF16, {n, kH}), .packed_b = &wgu, .c = make_view(gu.data(), DType::kF32, {n, 2 * I})},
-               {gws.data(), gws.size()});
+    check(gemm({.a = make_view(rows.data(), DType::kBF16, {n, kH}), .packed_b = &wgu, .c = make_view(gu.data(), DType::kF32, {n, 2 * I})},
+               {gws.data(), gws.size()}));
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < I; ++i) {
         const float g = gu[size_t(r * 2 * I + i)], u = gu[size_t(r * 2 * I + I + i)];
         hid[size_t(r * I + i)] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
       }
-    (void)gemm({.a = make_view(hid.data(), DType::kBF16, {n, I}), .packed_b = &wdn, .c = make_view(y.data(), DType::kBF16, {n, kH})},
-               {gws.data(), gws.size()});
+    check(gemm({.a = make_view(hid.data(), DType::kBF16, {n, I}), .packed_b = &wdn, .c = make_view(y.data(), DType::kBF16, {n, kH})},
+               {gws.data(), gws.size()}));
   };
   int bset = 0;
   auto basic_fn = [&] {
@@ -117,7 +122,17 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
     mlp(T, m.sgu[0], m.sdn[0], kIs);
     for (int64_t i = 0; i < T * kH; ++i) out[size_t(i)] = f32_to_bf16(acc[size_t(i)] + bf16_to_f32(y[size_t(i)]));
   };
+  optx_fn();
+  basic_fn();
+  if (!status.ok()) {
+    ctx.fail("moe_forward", cs, status.message());
+    return;
+  }
   const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  if (!status.ok()) {
+    ctx.fail("moe_forward", cs, status.message());
+    return;
+  }
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
   r.note = std::to_string(int(experts_used + 0.5)) + " experts active";
   r.peak_bytes = double(ws.size());

@@ -165,11 +165,15 @@ TEST(MoeRouting, Int8RowsWithinOneLsbOfDoubleReference) {
 }
 
 // x sorted by group, E experts of [N, K]; compare to per-row double dot products.
+// 1 thread runs each GEMM in turn; 2 and 3 threads take the expert queue (6 non-empty
+// groups), so both schedules are checked against the same reference.
 TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
+  for (int threads : {1, 2, 3})
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    const int64_t E = 5, K = 37, N = 70, I = 35;
-    const std::vector<int64_t> counts = {3, 0, 17, 1, 0};
-    const int64_t M = 21 + 4;  // 4 tail rows past the groups stay untouched
+    set_num_threads(threads);
+    const int64_t E = 8, K = 37, N = 70, I = 35;
+    const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 5, 1};
+    const int64_t rows = 29, M = rows + 4;  // 4 tail rows past the groups stay untouched
     testing::Rng rng(9);
     std::vector<float> xf(static_cast<size_t>(M * K)), wf(size_t(E * N * K));
     for (auto& v : xf) v = rng.uniform();
@@ -197,8 +201,8 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
           ref.push_back(s);
           got.push_back(out[size_t(r * N + n)]);
         }
-    EXPECT_TRUE(testing::compare(got, ref, {1e-4, 1e-4}).pass) << dtype_name(dt);
-    for (int64_t t = 21; t < M; ++t) EXPECT_TRUE(std::isnan(out[size_t(t * N)])) << "row " << t << " past the groups was written";
+    EXPECT_TRUE(testing::compare(got, ref, {1e-4, 1e-4}).pass) << dtype_name(dt) << " threads=" << threads;
+    for (int64_t t = rows; t < M; ++t) EXPECT_TRUE(std::isnan(out[size_t(t * N)])) << "row " << t << " past the groups was written";
     // counts form of the same call
     std::vector<float> out2(size_t(M * N), NAN);
     GroupedMatmulParams pc = p;
@@ -206,20 +210,21 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
     pc.offsets_are_counts = true;
     pc.out = make_view(out2.data(), DType::kF32, {M, N});
     ASSERT_TRUE(grouped_matmul(pc, {ws.data(), ws.size()}).ok());
-    for (int64_t i = 0; i < 21 * N; ++i) ASSERT_EQ(out[size_t(i)], out2[size_t(i)]);
+    for (int64_t i = 0; i < rows * N; ++i) ASSERT_EQ(out[size_t(i)], out2[size_t(i)]);
     // SwiGLU: weights [2I, K] = [gate; up] per expert
     std::vector<float> h(size_t(M * I), NAN);
     GroupedMatmulSwigluParams s{.x = p.x, .weights = &w, .group_offsets = p.group_offsets, .out = make_view(h.data(), DType::kF32, {M, I})};
     std::vector<uint8_t> ws2(grouped_matmul_swiglu_workspace_size(s));
     { const Status st = grouped_matmul_swiglu(s, {ws2.data(), ws2.size()}); ASSERT_TRUE(st.ok()) << st.message(); }
     got.clear(), ref.clear();
-    for (int64_t i = 0; i < 21; ++i)
+    for (int64_t i = 0; i < rows; ++i)
       for (int64_t c = 0; c < I; ++c) {
         ref.push_back(moe_testutil::silu(double(out[size_t(i * N + c)])) * out[size_t(i * N + I + c)]);
         got.push_back(h[size_t(i * I + c)]);
       }
-    EXPECT_TRUE(testing::compare(got, ref, {1e-5, 1e-4}).pass);
+    EXPECT_TRUE(testing::compare(got, ref, {1e-5, 1e-4}).pass) << dtype_name(dt) << " threads=" << threads;
   }
+  set_num_threads(0);
 }
 
 TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
