@@ -25,6 +25,7 @@ constexpr int64_t kMaxHidden = 16384;
 // Below this many non-empty groups per thread, LPT over whole groups leaves threads idle
 // at the tail; splitting each GEMM across the threads is the better schedule.
 constexpr int kQueueItemsPerThread = 2;
+constexpr int64_t kMinTileRows = 128;
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -337,6 +338,17 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
   const size_t need = queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_workspace_size()=", need);
+  // A hot expert would set the tail on its own: cut groups larger than a fair share into
+  // row tiles (each re-streams that expert's weights once, cheap next to its FLOPs at
+  // these sizes). Tiles stay >= kMinTileRows so the AMX kernel keeps full 32-row blocks.
+  const int64_t fair = (total + 4 * nt - 1) / (4 * nt);
+  const int64_t tile = std::max<int64_t>(kMinTileRows, (fair + 31) / 32 * 32);
+  std::vector<Item> tiles;
+  for (const Item& it : items) {
+    const int64_t n = it.end - it.begin, pieces = (n + tile - 1) / tile;
+    for (int64_t q = 0; q < pieces; ++q) tiles.push_back({it.g, it.begin + n * q / pieces, it.begin + n * (q + 1) / pieces});
+  }
+  items.swap(tiles);
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
   const size_t slice = need / size_t(nt);
   std::atomic<size_t> next{0};

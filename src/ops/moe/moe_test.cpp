@@ -166,14 +166,14 @@ TEST(MoeRouting, Int8RowsWithinOneLsbOfDoubleReference) {
 
 // x sorted by group, E experts of [N, K]; compare to per-row double dot products.
 // 1 thread runs each GEMM in turn; 2 and 3 threads take the expert queue (6 non-empty
-// groups), so both schedules are checked against the same reference.
+// groups, the 300-row one cut into row tiles), so every schedule meets the same reference.
 TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   for (int threads : {1, 2, 3})
   for (DType dt : {DType::kF32, DType::kBF16}) {
     set_num_threads(threads);
     const int64_t E = 8, K = 37, N = 70, I = 35;
-    const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 5, 1};
-    const int64_t rows = 29, M = rows + 4;  // 4 tail rows past the groups stay untouched
+    const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 300, 1};
+    const int64_t rows = 324, M = rows + 4;  // 4 tail rows past the groups stay untouched
     testing::Rng rng(9);
     std::vector<float> xf(static_cast<size_t>(M * K)), wf(size_t(E * N * K));
     for (auto& v : xf) v = rng.uniform();
