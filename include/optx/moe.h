@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "optx/gemm.h"
 #include "optx/runtime.h"
@@ -60,6 +61,15 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace ws = {});
 // Per-expert end offsets from expert ids sorted ascending: offsets[e] = #ids <= e.
 Status moe_compute_expert_tokens(const TensorView& sorted_ids /*[N] i32*/, const TensorView& offsets /*[E] i64*/);
 
+// Optional schedule accounting for the grouped GEMMs, accumulated over calls: wall time
+// and per-thread busy time (the bench reports the imbalance, busy / wall per thread). In
+// the split schedule (few groups) each GEMM runs on all threads at once and counts as
+// busy on each; in the queue schedule each thread's own items are timed.
+struct ScheduleStats {
+  double wall_s = 0;
+  std::vector<double> busy_s;  // [threads]
+};
+
 // Grouped GEMM: rows of x sorted by group; group g's rows [off[g-1], off[g]) times
 // weights[g]^T (N x K packed). Rows past the last offset are left untouched.
 struct GroupedMatmulParams {
@@ -68,6 +78,7 @@ struct GroupedMatmulParams {
   TensorView group_offsets;      // [E] i64 cumulative end offsets (or counts, see below)
   bool offsets_are_counts = false;
   TensorView out;                // [M, N] f32 | bf16
+  ScheduleStats* stats = nullptr;
 };
 size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p);
 Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws);
@@ -78,6 +89,7 @@ struct GroupedMatmulSwigluParams {
   const PackedWeights* weights = nullptr;  // E matrices [2I, K]
   TensorView group_offsets;      // [E] i64 cumulative end offsets
   TensorView out;                // [M, I] f32 | bf16
+  ScheduleStats* stats = nullptr;
 };
 size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p);
 Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws);
@@ -110,6 +122,7 @@ struct MoeForwardParams {
   const PackedWeights* shared_gate_up = nullptr;  // 1 matrix [2 I_s, H]; may be null
   const PackedWeights* shared_down = nullptr;     // 1 matrix [H, I_s]
   TensorView out;                   // [T, H], dtype of x
+  ScheduleStats* stats = nullptr;   // routed and shared expert GEMMs
 };
 size_t moe_forward_workspace_size(const MoeForwardParams& p);
 Status moe_forward(const MoeForwardParams& p, Workspace ws);

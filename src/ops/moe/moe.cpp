@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -327,9 +328,21 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
     return gemm(gp, w);
   };
   const int nt = num_threads();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<double> busy(size_t(nt), 0.0);
+  auto account = [&] {
+    if (!p.stats) return;
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.stats->wall_s += wall;
+    if (p.stats->busy_s.size() < size_t(nt)) p.stats->busy_s.resize(size_t(nt), 0.0);
+    for (int t = 0; t < nt; ++t) p.stats->busy_s[size_t(t)] += busy[size_t(t)];
+  };
   if (nt == 1 || int64_t(items.size()) < int64_t(kQueueItemsPerThread) * nt) {
     // Few groups: split each GEMM across all threads (column split for decode rows).
     for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
+    std::fill(busy.begin(), busy.end(), std::chrono::duration<double>(Clock::now() - t0).count());
+    account();
     return Status::Ok();
   }
   // Many groups: a shared queue of whole groups, largest first (LPT), each GEMM serial on
@@ -359,11 +372,14 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
     ThreadScope serial(1);
     const int t = omp_get_thread_num();
     Workspace mine{static_cast<uint8_t*>(ws.data) + size_t(t) * slice, slice};
+    const auto start = Clock::now();
     for (size_t i = next++; i < items.size() && !failed.load(std::memory_order_relaxed); i = next++) {
       Status st = run(items[i], mine);
       if (!st.ok() && !failed.exchange(true)) first_error = std::move(st);
     }
+    busy[size_t(t)] = std::chrono::duration<double>(Clock::now() - start).count();
   }
+  account();
   return first_error;
 }
 
@@ -389,7 +405,7 @@ Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {
   Workspace gws{reinterpret_cast<uint8_t*>(h) + align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)),
                 ws.bytes - (align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)) + (reinterpret_cast<uint8_t*>(h) - static_cast<uint8_t*>(ws.data)))};
   OPTX_RETURN_IF_ERROR(grouped_matmul({.x = p.x, .weights = p.weights, .group_offsets = p.group_offsets,
-                                       .out = make_view(h, DType::kF32, {p.x.sizes[0], N2})},
+                                       .out = make_view(h, DType::kF32, {p.x.sizes[0], N2}), .stats = p.stats},
                                       gws));
   const bool bf = p.out.dtype == DType::kBF16;
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (total > 16)

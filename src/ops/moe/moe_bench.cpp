@@ -134,7 +134,15 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
     return;
   }
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
-  r.note = std::to_string(int(experts_used + 0.5)) + " experts active";
+  // One more call with schedule accounting (not timed): each thread's busy share of the
+  // grouped GEMMs' wall time; the gap to 100% is the imbalance the queue leaves.
+  ScheduleStats stats;
+  p.stats = &stats;
+  optx_fn();
+  p.stats = nullptr;
+  std::string busy;
+  for (double b : stats.busy_s) busy += (busy.empty() ? "" : "/") + std::to_string(int(100 * b / stats.wall_s + 0.5)) + "%";
+  r.note = std::to_string(int(experts_used + 0.5)) + " experts active, busy " + busy;
   r.peak_bytes = double(ws.size());
   bench::Record b{.op = "moe_forward", .case_ = cs, .impl = "basic", .roof = bench::Roof::kBF16};
   b.note = "loop over experts: gather, GEMM, SwiGLU, GEMM, scatter-add";

@@ -118,20 +118,20 @@ Status moe_forward(const MoeForwardParams& p, Workspace ws) {
                                          .offsets = make_view(at(l.offsets), DType::kI64, {E})}));
   const TensorView offsets = make_view(at(l.offsets), DType::kI64, {E});
   OPTX_RETURN_IF_ERROR(grouped_matmul_swiglu({.x = make_view(at(l.sorted), dt, {N, H}), .weights = p.gate_up,
-                                              .group_offsets = offsets, .out = make_view(at(l.h), dt, {N, l.I})},
+                                              .group_offsets = offsets, .out = make_view(at(l.h), dt, {N, l.I}), .stats = p.stats},
                                              scratch));
   OPTX_RETURN_IF_ERROR(grouped_matmul({.x = make_view(at(l.h), dt, {N, l.I}), .weights = p.down, .group_offsets = offsets,
-                                       .out = make_view(at(l.y), dt, {N, H})},
+                                       .out = make_view(at(l.y), dt, {N, H}), .stats = p.stats},
                                       scratch));
   TensorView shared;
   if (p.shared_gate_up) {
     *static_cast<int64_t*>(at(l.one)) = T;  // one group: all T rows
     const TensorView all = make_view(at(l.one), DType::kI64, {1});
     OPTX_RETURN_IF_ERROR(grouped_matmul_swiglu({.x = p.x, .weights = p.shared_gate_up, .group_offsets = all,
-                                                .out = make_view(at(l.sh_h), dt, {T, l.Is})},
+                                                .out = make_view(at(l.sh_h), dt, {T, l.Is}), .stats = p.stats},
                                                scratch));
     OPTX_RETURN_IF_ERROR(grouped_matmul({.x = make_view(at(l.sh_h), dt, {T, l.Is}), .weights = p.shared_down, .group_offsets = all,
-                                         .out = make_view(at(l.sh_out), dt, {T, H})},
+                                         .out = make_view(at(l.sh_out), dt, {T, H}), .stats = p.stats},
                                         scratch));
     shared = make_view(at(l.sh_out), dt, {T, H});
   }
