@@ -97,12 +97,25 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
   return out;
 }
 
-void Context::fail(const std::string& op, const std::string& case_, const std::string& message) const {
-  std::fprintf(stderr, "optx bench: %s %s failed: %s\n", op.c_str(), case_.c_str(), message.c_str());
-  if (failures) failures->push_back(op + " " + case_);
+namespace {
+std::string g_pending_error;  // first failure since the last row
+std::string g_failed_case;    // "op case" whose rows are being dropped
+}  // namespace
+
+void check(const Status& st) {
+  if (!st.ok() && g_pending_error.empty()) g_pending_error = st.message();
 }
 
 void Context::add(Record r, const Timing& t, double flops, double bytes) const {
+  const std::string key = r.op + " " + r.case_;
+  if (!g_pending_error.empty()) {
+    std::fprintf(stderr, "optx bench: %s failed: %s\n", key.c_str(), g_pending_error.c_str());
+    if (failures) failures->push_back(key);
+    g_pending_error.clear();
+    g_failed_case = key;
+    return;
+  }
+  if (key == g_failed_case) return;
   r.median_ms = t.median_ms;
   r.p90_ms = t.p90_ms;
   r.threads = threads;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "optx/status.h"
+
 namespace optx::bench {
 
 struct Ceilings {
@@ -43,10 +45,9 @@ struct Context {
   bool quick = false;
   Ceilings ceil;
   std::vector<Record>* records = nullptr;
-  // Cases whose op returned an error: reported on stderr, no row, and `optx bench` exits 1,
-  // so a failing call is never timed and shown as a result.
+  // Cases whose op returned an error (see check()): reported on stderr, no row, and
+  // `optx bench` exits 1, so a failing call is never timed and shown as a result.
   std::vector<std::string>* failures = nullptr;
-  void fail(const std::string& op, const std::string& case_, const std::string& message) const;
 
   // Runs fn once to warm up, then repeatedly for at least min_reps calls and min_seconds.
   Timing time_it(const std::function<void()>& fn) const;
@@ -57,6 +58,10 @@ struct Context {
   // Fills throughput from flops / bytes and the timing, and the share of the floor.
   void add(Record r, const Timing& t, double flops, double bytes) const;
 };
+
+// Every op call in a bench goes through check(): the first error since the last row is
+// kept, and the next add() drops that case's rows and reports the error instead.
+void check(const Status& st);
 
 using BenchFn = void (*)(Context&);
 bool register_bench(const char* op, BenchFn fn);

@@ -50,7 +50,7 @@ void bench_flash(bench::Context& ctx, int64_t S) {
   bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
   r.note = selected_impl("flash_attention");
   r.peak_bytes = double(ws.size());
-  auto optx_fn = [&] { (void)flash_attention(p, {ws.data(), ws.size()}); };
+  auto optx_fn = [&] { bench::check(flash_attention(p, {ws.data(), ws.size()})); };
 
   // basic: per head, scores materialised.
   Big scores(size_t(S * S) * 4), probs(size_t(S * S) * 2);
@@ -71,7 +71,7 @@ void bench_flash(bench::Context& ctx, int64_t S) {
       a.b.data = k.h() + h * D;
       c.b.data = v.h() + h * D;
       c.c.data = out.h() + h * D;
-      (void)gemm(a, {gws.data(), gws.size()});
+      bench::check(gemm(a, {gws.data(), gws.size()}));
 #pragma omp parallel for num_threads(th) schedule(dynamic, 16)
       for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i
         float* s = scores.f() + i * S;
@@ -84,7 +84,7 @@ void bench_flash(bench::Context& ctx, int64_t S) {
         for (int64_t j = 0; j <= i; ++j) pr[j] = f32_to_bf16(s[j] * inv);
         for (int64_t j = i + 1; j < S; ++j) pr[j] = 0;
       }
-      (void)gemm(c, {gws.data(), gws.size()});
+      bench::check(gemm(c, {gws.data(), gws.size()}));
     }
   };
   const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
@@ -138,14 +138,14 @@ void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
   const auto tm = ctx.time_it([&] {
     const TensorView tv = make_view(tables[size_t(set++ % copies)].data(), DType::kI32, {B, blocks_per_seq});
     if (mla)
-      (void)mla_decode_attention({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
+      bench::check(mla_decode_attention({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
                                   .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f},
-                                 {ws.data(), ws.size()});
+                                 {ws.data(), ws.size()}));
     else
-      (void)paged_decode_attention({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
+      bench::check(paged_decode_attention({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
                                     .v_cache = make_view(vc->p, DType::kBF16, {slots, Hkv * Dv}), .block_tables = tv, .seq_lens = lv,
                                     .block_size = bs, .kv_heads = Hkv, .out = ov},
-                                   {ws.data(), ws.size()});
+                                   {ws.data(), ws.size()}));
   });
   ctx.add(r, tm, 0, kv_bytes);
 }

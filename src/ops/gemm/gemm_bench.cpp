@@ -56,7 +56,7 @@ struct OptxRun {
   }
   void operator()() {
     p.packed_b = &(*w)[i++ % w->size()][0];
-    (void)gemm(p, {ws.data(), ws.size()});
+    bench::check(gemm(p, {ws.data(), ws.size()}));
   }
 };
 
@@ -132,7 +132,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
     testing::fill_f32(b.as<float>(), N * K, rng);
   }
   std::vector<PackedWeights> w(1);
-  (void)pack_weights({.w = make_view(b.p, t, {N, K})}, &w[0]);
+  bench::check(pack_weights({.w = make_view(b.p, t, {N, K})}, &w[0]));
   OptxRun optx({.a = make_view(a.p, t, {M, K}), .c = make_view(c.p, t, {M, N})}, w);
   const double flops = 2.0 * M * N * K;
   const double bytes = double(M * K + N * K + M * N) * double(es);
@@ -182,9 +182,9 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   }
   std::vector<PackedWeights> w(static_cast<size_t>(copies));
   for (auto& pw : w)
-    (void)pack_weights({.w = make_view(raw.data(), wt, {N, K}),
+    bench::check(pack_weights({.w = make_view(raw.data(), wt, {N, K}),
                         .scales = i8 ? make_view(scales.data(), DType::kF32, {N}) : TensorView{}},
-                       &pw);
+                       &pw));
   std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
   testing::fill_bf16(a.data(), M * K, rng);
   OptxRun optx({.a = make_view(a.data(), DType::kBF16, {M, K}), .c = make_view(c.data(), DType::kBF16, {M, N})}, w);

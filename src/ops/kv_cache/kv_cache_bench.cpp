@@ -44,9 +44,9 @@ void bench_mla(bench::Context& ctx) {
   constexpr int kSets = 32;
   testing::Rng rng(17);
   KvBlockPool pool;
-  (void)KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool);
+  bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool));
   RopeTable table;
-  (void)RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table);
+  bench::check(RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table));
   std::vector<std::vector<uint16_t>> kv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : kv) {
@@ -64,9 +64,9 @@ void bench_mla(bench::Context& ctx) {
   r.note = selected_impl("kv_rms_norm_rope_cache");
   auto optx_fn = [&] {
     const size_t s = size_t(set++ % kSets);
-    (void)kv_rms_norm_rope_cache({.kv = make_view(kv[s].data(), DType::kBF16, {T, W}), .weight = make_view(w.data(), DType::kBF16, {R}),
+    bench::check(kv_rms_norm_rope_cache({.kv = make_view(kv[s].data(), DType::kBF16, {T, W}), .weight = make_view(w.data(), DType::kBF16, {R}),
                                   .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
-                                  .slots = make_view(slots[s].data(), DType::kI32, {T}), .cache = pool.plane(0), .kv_lora_rank = R});
+                                  .slots = make_view(slots[s].data(), DType::kI32, {T}), .cache = pool.plane(0), .kv_lora_rank = R}));
   };
 
   // basic, intermediates preallocated and touched
@@ -132,9 +132,9 @@ void bench_qkv(bench::Context& ctx) {
   constexpr int kSets = 3;
   testing::Rng rng(23);
   KvBlockPool pool;
-  (void)KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool);
+  bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool));
   RopeTable table;
-  (void)RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table);
+  bench::check(RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table));
   std::vector<std::vector<uint16_t>> qkv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : qkv) {
@@ -151,10 +151,10 @@ void bench_qkv(bench::Context& ctx) {
   r.note = selected_impl("qkv_rope_cache");
   ctx.add(r, ctx.time_it([&] {
     const size_t s = size_t(set++ % kSets);
-    (void)qkv_rope_cache({.qkv = make_view(qkv[s].data(), DType::kBF16, {T, W}), .q_heads = HQ, .kv_heads = HKV, .head_dim = D,
+    bench::check(qkv_rope_cache({.qkv = make_view(qkv[s].data(), DType::kBF16, {T, W}), .q_heads = HQ, .kv_heads = HKV, .head_dim = D,
                           .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
                           .slots = make_view(slots[s].data(), DType::kI32, {T}), .k_cache = pool.plane(0), .v_cache = pool.plane(1),
-                          .q_out = make_view(q.data(), DType::kBF16, {T, HQ, D})});
+                          .q_out = make_view(q.data(), DType::kBF16, {T, HQ, D})}));
   }),
           0, bytes);
 }

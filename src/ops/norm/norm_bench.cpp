@@ -66,10 +66,10 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
     const int s = set++ % kSets;
     auto v = [&](Buf& b) { return make_view(b.p, DType::kBF16, {T, H}); };
     if (add)
-      (void)add_rms_norm({.x = v(*x[s]), .residual = v(*res[s]), .weight = make_view(w.data(), DType::kBF16, {H}),
-                          .out = v(*out[s]), .eps = eps});
+      bench::check(add_rms_norm({.x = v(*x[s]), .residual = v(*res[s]), .weight = make_view(w.data(), DType::kBF16, {H}),
+                          .out = v(*out[s]), .eps = eps}));
     else
-      (void)rms_norm({.x = v(*x[s]), .weight = make_view(w.data(), DType::kBF16, {H}), .out = v(*out[s]), .eps = eps});
+      bench::check(rms_norm({.x = v(*x[s]), .weight = make_view(w.data(), DType::kBF16, {H}), .out = v(*out[s]), .eps = eps}));
   };
 
   // basic: intermediates allocated and touched once, outside the timed region.

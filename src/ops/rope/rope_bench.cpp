@@ -18,7 +18,7 @@ namespace {
 void bench_rope(bench::Context& ctx) {
   const int64_t T = 4096, Hq = 32, Hk = 8, D = 128, H = Hq + Hk;
   RopeTable table;
-  (void)RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table);
+  bench::check(RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table));
   testing::Rng rng(9);
   const int64_t n = T * H * D;  // q and k stored as one [T, 40, 128] block per set
   constexpr int kSets = 4;      // 4 x 40 MiB rotated: >= 128 MiB touched, x2 for read + write
@@ -33,9 +33,9 @@ void bench_rope(bench::Context& ctx) {
   r.note = selected_impl("rope");
   auto optx_fn = [&] {
     uint16_t* base = x[size_t(set++ % kSets)].data();
-    (void)rope({.q = make_view(base, DType::kBF16, {T, Hq, D}, {H * D, D, 1}),
+    bench::check(rope({.q = make_view(base, DType::kBF16, {T, Hq, D}, {H * D, D, 1}),
                 .k = make_view(base + Hq * D, DType::kBF16, {T, Hk, D}, {H * D, D, 1}),
-                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin()});
+                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin()}));
   };
 
   std::vector<float> cosr(static_cast<size_t>(T * D)), sinr(static_cast<size_t>(T * D));
