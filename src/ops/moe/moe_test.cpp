@@ -33,7 +33,7 @@ TEST(MoeGating, MatchesReference) {
       {MoeScore::kSoftmax, 16, 8, 1, 1, MoeGroupScore::kMax, false, true, true, 1.0f},
   };
   for (const GatingCase& c : cases)
-    for (int64_t T : {0, 1, 7, 128}) {
+    for (int64_t T : {0, 1, 7, 128, 1000}) {
       testing::Rng rng{uint64_t(c.E * 7 + T)};
       std::vector<float> logits(static_cast<size_t>(T * c.E)), bias(static_cast<size_t>(c.E));
       for (auto& x : logits) x = rng.uniform(-4, 4);
@@ -115,6 +115,51 @@ TEST(MoeRouting, StableSortCountsAndRange) {
   std::vector<int64_t> off(5);
   ASSERT_TRUE(moe_compute_expert_tokens(make_view(sorted_ids.data(), DType::kI32, {6}), make_view(off.data(), DType::kI64, {5})).ok());
   EXPECT_EQ(off, (std::vector<int64_t>{2, 2, 5, 5, 6}));
+}
+
+// Worst skew: every token on one expert. Routing keeps token order, the other experts get
+// nothing, and the single non-empty group's GEMM matches the reference at any thread count.
+TEST(MoeRouting, AllTokensOnOneExpert) {
+  const int64_t T = 50, E = 6, H = 20, N = 33;
+  testing::Rng rng(4);
+  std::vector<float> x(static_cast<size_t>(T * H)), wt(static_cast<size_t>(E * N * H));
+  for (auto& v : x) v = rng.uniform();
+  for (auto& v : wt) v = rng.uniform();
+  std::vector<int32_t> ids(static_cast<size_t>(T), 4);
+  std::vector<float> sorted(static_cast<size_t>(T * H));
+  std::vector<int32_t> row_map(static_cast<size_t>(T)), inverse(static_cast<size_t>(T));
+  std::vector<int64_t> counts(static_cast<size_t>(E)), offsets(static_cast<size_t>(E));
+  ASSERT_TRUE(moe_init_routing({.x = make_view(x.data(), DType::kF32, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, 1}),
+                                .num_experts = E, .sorted_rows = make_view(sorted.data(), DType::kF32, {T, H}),
+                                .row_map = make_view(row_map.data(), DType::kI32, {T}), .inverse = make_view(inverse.data(), DType::kI32, {T}),
+                                .counts = make_view(counts.data(), DType::kI64, {E}), .offsets = make_view(offsets.data(), DType::kI64, {E})})
+                  .ok());
+  EXPECT_EQ(counts, (std::vector<int64_t>{0, 0, 0, 0, T, 0}));
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 0, 0, 0, T, T}));
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(row_map[size_t(t)], t);
+    EXPECT_EQ(inverse[size_t(t)], t);
+  }
+  EXPECT_EQ(sorted, x);
+  PackedWeights w;
+  ASSERT_TRUE(pack_weights({.w = make_view(wt.data(), DType::kF32, {E, N, H})}, &w).ok());
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<float> y(static_cast<size_t>(T * N));
+    GroupedMatmulParams p{.x = make_view(sorted.data(), DType::kF32, {T, H}), .weights = &w,
+                          .group_offsets = make_view(offsets.data(), DType::kI64, {E}), .out = make_view(y.data(), DType::kF32, {T, N})};
+    std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+    ASSERT_TRUE(grouped_matmul(p, {ws.data(), ws.size()}).ok());
+    std::vector<double> got(y.begin(), y.end()), ref;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t h = 0; h < H; ++h) acc += double(x[size_t(t * H + h)]) * wt[size_t((4 * N + n) * H + h)];
+        ref.push_back(acc);
+      }
+    EXPECT_TRUE(testing::compare(got, ref, {1e-5, 1e-5}).pass) << "threads=" << threads;
+  }
+  set_num_threads(0);
 }
 
 // Dynamic per-token int8 of the routed rows: codes within 1 LSB of the exact x / scale,
@@ -251,7 +296,7 @@ TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
 // The whole layer against a double-precision evaluation of the same model.
 TEST(MoeForward, MatchesDoubleCompositionOnSelectedIsa) {
   for (DType dt : {DType::kF32, DType::kBF16})
-    for (int64_t T : {1, 7, 40}) {
+    for (int64_t T : {0, 1, 7, 40, 1000}) {
       const int64_t H = 48, E = 8, k = 3, I = 24, Is = 32;
       testing::Rng rng{uint64_t(T)};
       auto rnd = [&](size_t n, float a) {
