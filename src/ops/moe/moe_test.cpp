@@ -272,6 +272,46 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   set_num_threads(0);
 }
 
+// Weight-only int8 experts (per-output-channel scales) through both schedules, against
+// the dequantised weights in double.
+TEST(GroupedMatmul, Int8WeightsMatchDequantisedReferenceOnSelectedIsa) {
+  const int64_t E = 6, K = 45, N = 67;
+  const std::vector<int64_t> counts = {4, 0, 9, 1, 20, 3};
+  const int64_t M = 37;
+  testing::Rng rng(21);
+  std::vector<uint16_t> x(static_cast<size_t>(M * K));
+  testing::fill_bf16(x.data(), M * K, rng);
+  std::vector<int8_t> q(static_cast<size_t>(E * N * K));
+  std::vector<float> sc(static_cast<size_t>(E * N));
+  for (auto& v : q) v = int8_t(int(rng.below(255)) - 127);
+  for (auto& v : sc) v = rng.uniform(0.001f, 0.02f);
+  PackedWeights w;
+  ASSERT_TRUE(pack_weights({.w = make_view(q.data(), DType::kI8, {E, N, K}), .scales = make_view(sc.data(), DType::kF32, {E, N})}, &w).ok());
+  std::vector<int64_t> offs(counts.size());
+  std::partial_sum(counts.begin(), counts.end(), offs.begin());
+  std::vector<double> ref;
+  for (int64_t g = 0, r = 0; g < E; ++g)
+    for (int64_t i = 0; i < counts[size_t(g)]; ++i, ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += double(bf16_to_f32(x[size_t(r * K + k)])) * q[size_t((g * N + n) * K + k)];
+        ref.push_back(acc * sc[size_t(g * N + n)]);
+      }
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::vector<float> y(static_cast<size_t>(M * N));
+    GroupedMatmulParams p{.x = make_view(x.data(), DType::kBF16, {M, K}), .weights = &w,
+                          .group_offsets = make_view(offs.data(), DType::kI64, {E}), .out = make_view(y.data(), DType::kF32, {M, N})};
+    std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+    const Status st = grouped_matmul(p, {ws.data(), ws.size()});
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<double> got(y.begin(), y.end());
+    const testing::CompareResult c = testing::compare(got, ref, {1e-5, 1e-4});
+    EXPECT_TRUE(c.pass) << "threads=" << threads << ": " << c.message;
+  }
+  set_num_threads(0);
+}
+
 TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
   const int64_t T = 3, k = 2, H = 5, R = 4;
   std::vector<float> y(static_cast<size_t>(R * H)), shared(size_t(T * H)), res(size_t(T * H)), out(size_t(T * H));
