@@ -57,6 +57,8 @@ class ThreadScope {
 
 // ---- memory -------------------------------------------------------------------------------
 inline constexpr size_t kAlign = 64;
+// Rounds a byte count (or an address) up to kAlign: workspace carving in every op.
+inline constexpr size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 void* aligned_alloc_bytes(size_t bytes, size_t align = kAlign);  // nullptr on failure
 void aligned_free(void* p);
 

@@ -15,7 +15,6 @@ namespace optx {
 namespace attn_detail {
 namespace {
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 size_t esize(DType t) { return dtype_size(t); }
 
 Status check_tensor(const char* op, const TensorView& t, const char* name, int rank) {
@@ -210,7 +209,6 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
     return Error(StatusCode::kInvalidArgument, op, ": softcap=", p.softcap, " must be >= 0 and scale finite");
   return Status::Ok();
 }
-
 
 // Jobs of flash attention: per batch, per kv head, per head chunk and query tile.
 struct FlashJobs {

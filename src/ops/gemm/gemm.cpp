@@ -62,8 +62,6 @@ struct Plan {
   size_t acc_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;
 };
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
 // The workspace size does not depend on the implementation: packed A is sized as f32.
 Plan make_plan(const GemmParams& p, bool amx) {
   Plan pl;

@@ -28,8 +28,6 @@ constexpr int64_t kMaxHidden = 16384;
 constexpr int kQueueItemsPerThread = 2;
 constexpr int64_t kMinTileRows = 128;
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
 float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
 }

@@ -10,8 +10,6 @@
 namespace optx {
 namespace {
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
 struct Layout {
   int64_t T = 0, H = 0, E = 0, k = 0, I = 0, Is = 0;
   size_t xf, logits, ids, wts, sorted, row_map, inverse, counts, offsets, one, h, y, sh_h, sh_out, scratch, total;
