@@ -1,7 +1,8 @@
 // MoE family: gating, routing, grouped GEMM (+ SwiGLU), finalize and the one-call layer.
 // The grouped GEMMs run optx::gemm on each group's row slice with its packed expert
-// matrix (the GEMM splits each call across the threads); routing is a stable counting
-// sort. No allocation inside a call: everything lives in the caller's workspace.
+// matrix, either split across the threads per group or from a shared queue of groups
+// (see grouped_matmul); routing is a stable counting sort. Buffers live in the caller's
+// workspace; the only allocation in a call is the grouped GEMM's small work list.
 #include "optx/moe.h"
 
 #include <omp.h>
@@ -254,15 +255,16 @@ Status moe_compute_expert_tokens(const TensorView& sorted_ids, const TensorView&
 namespace {
 
 Status grouped_common(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, bool counts,
-                      int64_t N_expected_cols, int64_t* total) {
+                      int64_t N_expected_cols, int64_t* total, int64_t* nonempty = nullptr) {
   OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true));
   if (!w || w->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
   const int64_t E = w->count();
   OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64));
   const int64_t* o = static_cast<const int64_t*>(offs.data);
-  int64_t prev = 0;
+  int64_t prev = 0, filled = 0;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t end = counts ? prev + o[g] : o[g];
+    filled += end > prev;
     if (end < prev || end > x.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "] gives rows up to ", end, " (previous ", prev,
                    "), beyond x's ", x.sizes[0], " rows or decreasing");
@@ -273,6 +275,7 @@ Status grouped_common(const char* op, const TensorView& x, const PackedWeights* 
     prev = end;
   }
   *total = prev;
+  if (nonempty) *nonempty = filled;
   return Status::Ok();
 }
 
@@ -302,9 +305,10 @@ size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) {
 
 Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
   constexpr const char* op = "grouped_matmul";
-  int64_t total = 0;
+  int64_t total = 0, nonempty = 0;
   if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-  OPTX_RETURN_IF_ERROR(grouped_common(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total));
+  OPTX_RETURN_IF_ERROR(
+      grouped_common(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total, &nonempty));
   OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
   const int64_t* o = static_cast<const int64_t*>(p.group_offsets.data);
   const size_t xs = dtype_size(p.x.dtype), os = dtype_size(p.out.dtype);
@@ -312,12 +316,22 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
   struct Item {
     int64_t g, begin, end;
   };
+  const int64_t E = p.weights->count();
+  auto group_end = [&](int64_t g, int64_t begin) { return p.offsets_are_counts ? begin + o[g] : o[g]; };
+  const int nt = num_threads();
+  // Few groups (decode): each GEMM in turn, split across all threads by the GEMM itself.
+  // Many groups: a shared queue, largest item first (LPT), each GEMM serial on the thread
+  // that took it — no fork/join or A re-pack split per group, and a thread never waits
+  // while items remain. A hot expert would set the tail on its own, so groups above a fair
+  // share of rows are cut into row tiles (each re-streams that expert's weights, cheap
+  // next to its FLOPs at these sizes); tiles stay >= kMinTileRows for full AMX blocks.
+  const bool queue = nt > 1 && nonempty >= int64_t(kQueueItemsPerThread) * nt;
+  const int64_t fair = (total + 4 * nt - 1) / (4 * nt);
+  const int64_t tile = queue ? std::max<int64_t>(kMinTileRows, (fair + 31) / 32 * 32) : std::max<int64_t>(total, 1);
   std::vector<Item> items;
-  int64_t begin = 0;
-  for (int64_t g = 0; g < p.weights->count(); ++g) {
-    const int64_t end = p.offsets_are_counts ? begin + o[g] : o[g];
-    if (end > begin) items.push_back({g, begin, end});  // empty groups cost nothing
-    begin = end;
+  for (int64_t g = 0, begin = 0; g < E; begin = group_end(g, begin), ++g) {
+    const int64_t n = group_end(g, begin) - begin, pieces = (n + tile - 1) / tile;  // empty groups: no item
+    for (int64_t q = 0; q < pieces; ++q) items.push_back({g, begin + n * q / pieces, begin + n * (q + 1) / pieces});
   }
   auto run = [&](const Item& it, Workspace w) {
     GemmParams gp{.a = make_view(static_cast<uint8_t*>(p.x.data) + size_t(it.begin * K) * xs, p.x.dtype, {it.end - it.begin, K}),
@@ -325,7 +339,6 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
                   .c = make_view(static_cast<uint8_t*>(p.out.data) + size_t(it.begin * N) * os, p.out.dtype, {it.end - it.begin, N})};
     return gemm(gp, w);
   };
-  const int nt = num_threads();
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   std::vector<double> busy(size_t(nt), 0.0);
@@ -336,30 +349,15 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
     if (p.stats->busy_s.size() < size_t(nt)) p.stats->busy_s.resize(size_t(nt), 0.0);
     for (int t = 0; t < nt; ++t) p.stats->busy_s[size_t(t)] += busy[size_t(t)];
   };
-  if (nt == 1 || int64_t(items.size()) < int64_t(kQueueItemsPerThread) * nt) {
-    // Few groups: split each GEMM across all threads (column split for decode rows).
+  if (!queue) {
     for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
     std::fill(busy.begin(), busy.end(), std::chrono::duration<double>(Clock::now() - t0).count());
     account();
     return Status::Ok();
   }
-  // Many groups: a shared queue of whole groups, largest first (LPT), each GEMM serial on
-  // the thread that took it. No fork/join or A re-pack split per group, and a thread never
-  // waits while another still has groups to take; the tail is bounded by the smallest items.
   const size_t need = queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_workspace_size()=", need);
-  // A hot expert would set the tail on its own: cut groups larger than a fair share into
-  // row tiles (each re-streams that expert's weights once, cheap next to its FLOPs at
-  // these sizes). Tiles stay >= kMinTileRows so the AMX kernel keeps full 32-row blocks.
-  const int64_t fair = (total + 4 * nt - 1) / (4 * nt);
-  const int64_t tile = std::max<int64_t>(kMinTileRows, (fair + 31) / 32 * 32);
-  std::vector<Item> tiles;
-  for (const Item& it : items) {
-    const int64_t n = it.end - it.begin, pieces = (n + tile - 1) / tile;
-    for (int64_t q = 0; q < pieces; ++q) tiles.push_back({it.g, it.begin + n * q / pieces, it.begin + n * (q + 1) / pieces});
-  }
-  items.swap(tiles);
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
   const size_t slice = need / size_t(nt);
   std::atomic<size_t> next{0};
@@ -384,7 +382,7 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
 size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p) {
   if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
   const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
-  const size_t gemm_ws = std::max(gemm_ws_bound(p.x, (*p.weights)[0], M, DType::kF32), queue_ws_bound(p.x, (*p.weights)[0], M, DType::kF32));
+  const size_t gemm_ws = grouped_matmul_workspace_size({.x = p.x, .weights = p.weights, .out = make_view(nullptr, DType::kF32, {M, N2})});
   return kAlign + align_up(size_t(M * N2) * sizeof(float)) + gemm_ws;  // + aligning the base
 }
 
@@ -399,9 +397,11 @@ Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {
   const size_t need = grouped_matmul_swiglu_workspace_size(p);
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
-  float* h = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  Workspace gws{reinterpret_cast<uint8_t*>(h) + align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)),
-                ws.bytes - (align_up(size_t(p.x.sizes[0] * N2) * sizeof(float)) + (reinterpret_cast<uint8_t*>(h) - static_cast<uint8_t*>(ws.data)))};
+  // [aligned f32 gate|up rows][the grouped GEMM's workspace]
+  uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  float* h = reinterpret_cast<float*>(base);
+  const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(p.x.sizes[0] * N2) * sizeof(float));
+  const Workspace gws{static_cast<uint8_t*>(ws.data) + used, ws.bytes - used};
   OPTX_RETURN_IF_ERROR(grouped_matmul({.x = p.x, .weights = p.weights, .group_offsets = p.group_offsets,
                                        .out = make_view(h, DType::kF32, {p.x.sizes[0], N2}), .stats = p.stats},
                                       gws));
