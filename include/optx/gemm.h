@@ -74,6 +74,12 @@ struct PackWeightsParams {
 // Allocates (64-byte aligned, once) and packs. Runs multi-threaded.
 Status pack_weights(const PackWeightsParams& p, PackedWeights* out);
 
+// Activation fused into the epilogue. kSwiglu: B holds [gate; up] (N = 2I rows, gate
+// first) and C is [M, I] = silu(A gate^T) * (A up^T), computed from the two f32 tiles in
+// registers before the one store. Needs packed_b with I a multiple of 64 (output panel j
+// pairs gate panel j with up panel j + I/64), alpha = 1, beta = 0 and no bias.
+enum class GemmActivation : uint8_t { kNone, kSwiglu };
+
 struct GemmParams {
   TensorView a;                 // [M, K] f32 | bf16; unit column stride, row stride >= K
   TensorView b;                 // [N, K] (or [K, N] if b_kn) f32 | bf16 | i8; empty if packed_b
@@ -84,6 +90,7 @@ struct GemmParams {
   float alpha = 1.0f;
   float beta = 0.0f;            // beta == 0: C is not read (NaN/garbage in C is ignored)
   bool b_kn = false;            // b is laid out [K, N]
+  GemmActivation activation = GemmActivation::kNone;
 };
 
 // Bytes of workspace gemm() needs for these params at the current thread count.

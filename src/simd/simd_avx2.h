@@ -45,6 +45,7 @@ struct Avx2 {
     return _mm256_blendv_ps(r, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.5f), _CMP_GT_OQ));
   }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F div(F a, F b) { return _mm256_div_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   OPTX_ALWAYS_INLINE static float reduce(F v) {
     __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -41,6 +41,7 @@ struct Avx512 {
   // Swaps lanes 2i and 2i+1 (adjacent pairs).
   OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm512_permute_ps(a, 0xB1); }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  OPTX_ALWAYS_INLINE static F div(F a, F b) { return _mm512_div_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   // Horizontal sum in a fixed order (halves folded), so results are reproducible.
   OPTX_ALWAYS_INLINE static float reduce(F v) {

@@ -2,7 +2,7 @@
 // (simd_avx2.h, simd_avx512.h) implement, so an op kernel is written once as a template.
 //   W              lanes
 //   F              vector of W floats
-//   zero, set1, add, sub, mul, fmadd, max, reduce (fixed-order horizontal sum), reduce_max
+//   zero, set1, add, sub, mul, div, fmadd, max, reduce (fixed-order horizontal sum), reduce_max
 //   exp              e^x, relative error < 2e-7 (polynomial on AVX2/AVX-512); exp(-inf) = 0
 //   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
 //   load(p) / load(p, n)      from f32 or bf16 (uint16_t) memory; n < W: tail, rest 0
@@ -31,6 +31,7 @@ struct Scalar {
   OPTX_ALWAYS_INLINE static float reduce_max(F v) { return v; }
   OPTX_ALWAYS_INLINE static F exp(F x) { return std::exp(x); }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return a * b; }
+  OPTX_ALWAYS_INLINE static F div(F a, F b) { return a / b; }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return a * b + c; }
   OPTX_ALWAYS_INLINE static float reduce(F v) { return v; }
   OPTX_ALWAYS_INLINE static F load(const float* p) { return *p; }

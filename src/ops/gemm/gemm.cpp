@@ -29,9 +29,9 @@ namespace gemm_detail {
 namespace {
 
 constexpr const char* kOp = "gemm";
-constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2  // bytes of an A chunk: half of a 2 MiB L2
+constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kAmxKc = 1024;  // AMX K block: B block 256 x 64 bf16 = 32 KiB
+constexpr int64_t kAmxKc = 1024;  // AMX K block: B block 1024 x 64 bf16 = 128 KiB (L2)
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;
@@ -52,6 +52,9 @@ Status check_strides(const TensorView& t, const char* name) {
 
 struct Plan {
   int64_t M = 0, N = 0, K = 0, panels = 0;
+  // SwiGLU pairs gate panel j with up panel j + out_panels; threads split output panels.
+  bool swiglu = false;
+  int64_t out_panels = 0, n_out = 0;
   int64_t kc = 0, mc = 0, n_ic = 0;
   int64_t mc_ws = 0;  // rows the buffers are sized for: the chunk cap, not the balanced mc
   int threads = 1;
@@ -70,6 +73,9 @@ Plan make_plan(const GemmParams& p, bool amx) {
   pl.K = p.a.sizes[1];
   pl.N = b_rows_n(p);
   pl.panels = (pl.N + kNR - 1) / kNR;
+  pl.swiglu = p.activation == GemmActivation::kSwiglu;
+  pl.out_panels = pl.swiglu ? pl.panels / 2 : pl.panels;
+  pl.n_out = pl.swiglu ? pl.N / 2 : pl.N;
   const DType bt = b_dtype(p);
   // kc: B micro-panel of kc x 64 elements <= 32 KiB so it stays in a 48 KiB L1D.
   int64_t kc = bt == DType::kF32 ? 128 : 256;
@@ -115,7 +121,7 @@ Plan make_plan(const GemmParams& p, bool amx) {
   // then streams its own contiguous run of weights.
   if (pl.M <= kDecodeRows || pl.n_ic < T) {
     pl.split_n = true;
-    pl.threads = int(std::max<int64_t>(1, std::min<int64_t>(T, pl.panels)));
+    pl.threads = int(std::max<int64_t>(1, std::min<int64_t>(T, pl.out_panels)));
   } else {
     pl.split_n = false;
     pl.threads = int(std::min<int64_t>(T, pl.n_ic));
@@ -123,7 +129,8 @@ Plan make_plan(const GemmParams& p, bool amx) {
 
   size_t off = 0;
   pl.acc_off = off;
-  off = align_up(off + size_t(std::max<int64_t>(pl.mc_ws, 4)) * kNR * sizeof(float));  // >= 4 for gemv4
+  // >= 4 rows for gemv4; SwiGLU keeps the gate and the up tile side by side.
+  off = align_up(off + size_t(std::max<int64_t>(pl.mc_ws, 4)) * kNR * sizeof(float) * (pl.swiglu ? 2 : 1));
   pl.bbuf_off = off;
   if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
@@ -163,18 +170,21 @@ struct ThreadRange {
 
 ThreadRange range_for(const Plan& pl, int t) {
   const int T = pl.threads;
-  if (pl.split_n) return {pl.panels * t / T, pl.panels * (t + 1) / T, 0, pl.n_ic};
-  return {0, pl.panels, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
+  const int64_t P = pl.out_panels;
+  if (pl.split_n) return {P * t / T, P * (t + 1) / T, 0, pl.n_ic};
+  return {0, P, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
 }
 
-// Turns the finished f32 tile of rows [row0, row0 + m) x panel j into C.
+// Turns the finished f32 tile of rows [row0, row0 + m) x output panel j into C (with
+// SwiGLU, acc is the gate tile and up the up tile).
 void epilogue_panel(const GemmParams& p, const Plan& pl, const KernelTable& kt, const float* acc,
-                    int64_t row0, int m, int64_t j, const float* scales) {
+                    int64_t row0, int m, int64_t j, const float* scales, const float* up = nullptr,
+                    const float* up_scales = nullptr) {
   const size_t c_esize = dtype_size(p.c.dtype);
   EpilogueArgs e;
   e.acc = acc;
   e.m = m;
-  e.ncols = int(std::min<int64_t>(kNR, pl.N - j * kNR));
+  e.ncols = int(std::min<int64_t>(kNR, pl.n_out - j * kNR));
   e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
   e.ldc = p.c.strides[0];
   e.c_dtype = p.c.dtype;
@@ -183,6 +193,8 @@ void epilogue_panel(const GemmParams& p, const Plan& pl, const KernelTable& kt, 
   e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * dtype_size(p.bias.dtype) : nullptr;
   e.bias_dtype = p.bias.dtype;
   e.col_scale = scales;
+  e.up = up;
+  e.up_scale = up_scales;
   kt.epilogue(e);
 }
 
@@ -213,6 +225,7 @@ void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_e
 void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp,
                 uint8_t* ws, const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
+  float* acc_up = acc + std::max<int64_t>(pl.mc_ws, 4) * kNR;  // SwiGLU only
   void* bbuf = ws + pl.bbuf_off;
   float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
   void* apack = ws + pl.apack_off;
@@ -232,46 +245,49 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
     else
       pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
-    // Single-row decode on packed weights: four panels per call, four DRAM streams.
+    const int64_t up = pl.swiglu ? pl.out_panels : 0;  // SwiGLU: up panel of output j is j + up
+    auto packed_scales = [&](int64_t jb) { return bt == DType::kI8 ? p.packed_b->scales + jb * kNR : nullptr; };
+    // Single-row decode on packed weights: four panels per call, four DRAM streams (with
+    // SwiGLU: gate j, j+1 and up j, j+1, so two outputs per call).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
     int64_t j = r.p0;
     if (mrows == 1 && p.packed_b && gemv4 && !use_dp) {
-      for (; j + 4 <= r.p1; j += 4) {
+      const int64_t outs = pl.swiglu ? 2 : 4;
+      for (; j + outs <= r.p1; j += outs) {
         Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
-        for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(j + q);
+        for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
         gemv4(g);
-        for (int q = 0; q < 4; ++q)
-          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, bt == DType::kI8 ? p.packed_b->scales + (j + q) * kNR : nullptr);
-      }
-    }
-    for (; j < r.p1; ++j) {
-      const float* scales = nullptr;
-      if (bt == DType::kI8) {
-        if (p.packed_b) {
-          scales = p.packed_b->scales + j * kNR;
-        } else {
-          pack_scales(p.b_scales, j, sbuf);
-          scales = sbuf;
+        for (int q = 0; q < outs; ++q) {
+          if (pl.swiglu)
+            epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q), acc + (q + 2) * kNR,
+                           packed_scales(j + q + up));
+          else
+            epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
         }
       }
+    }
+    // Reduces B panel jb over all of K into dst (mrows x 64). next_jb is the panel this
+    // thread reads after it (-1: none); its first block is pulled into L2 meanwhile.
+    auto compute = [&](int64_t jb, int64_t next_jb, float* dst) {
       // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
       for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
         const int64_t kcur = std::min(pl.kc, K - kb);
         const void* bp;
         if (p.packed_b) {
-          bp = p.packed_b->panel(j) + size_t(kb) * kNR * besize;
+          bp = p.packed_b->panel(jb) + size_t(kb) * kNR * besize;
         } else {
-          pack_panel(p.b, p.b_kn, j, kb, kcur, bbuf);
+          pack_panel(p.b, p.b_kn, jb, kb, kcur, bbuf);
           bp = bbuf;
         }
-        // The next B micro-panel (packed weights are contiguous: the next K block, then the
-        // next panel) is pulled into L2 a slice per row slice, one line per k step inside
-        // the kernel, so the first slice of the next block finds it in L2 instead of
-        // waiting on L3 — without a burst of prefetches that would stall the fill buffers.
+        // The next B micro-panel (the next K block, or the start of the next panel) is
+        // pulled into L2 a slice per row slice, one line per k step inside the kernel, so
+        // the first slice of the next block finds it in L2 instead of waiting on L3 —
+        // without a burst of prefetches that would stall the fill buffers.
         const char* next_b = nullptr;
         int64_t next_lines = 0;
-        if (p.packed_b && mrows > kMR && (kb + pl.kc < K || j + 1 < r.p1)) {
-          next_b = static_cast<const char*>(bp) + size_t(kcur) * kNR * besize;
+        if (p.packed_b && mrows > kMR && (kb + pl.kc < K || next_jb >= 0)) {
+          next_b = kb + pl.kc < K ? static_cast<const char*>(bp) + size_t(kcur) * kNR * besize
+                                  : reinterpret_cast<const char*>(p.packed_b->panel(next_jb));
           next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
         }
         const int slices = (mrows + kMR - 1) / kMR;
@@ -285,9 +301,28 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
             pf.l2_lines = hi - lo;
           }
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off, bp, acc + ir * kNR, kb > 0, pf);
+            kt.bf16dp(m, kcur, ab + a_off, bp, dst + ir * kNR, kb > 0, pf);
           else
-            kern(m, kcur, af + a_off, bp, acc + ir * kNR, kb > 0, pf);
+            kern(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf);
+        }
+      }
+    };
+    for (; j < r.p1; ++j) {
+      const int64_t next = j + 1 < r.p1 ? j + 1 : -1;
+      if (pl.swiglu) {
+        compute(j, j + up, acc);
+        compute(j + up, next, acc_up);
+        epilogue_panel(p, pl, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
+        continue;
+      }
+      compute(j, next, acc);
+      const float* scales = nullptr;
+      if (bt == DType::kI8) {
+        if (p.packed_b) {
+          scales = packed_scales(j);
+        } else {
+          pack_scales(p.b_scales, j, sbuf);
+          scales = sbuf;
         }
       }
       epilogue_panel(p, pl, kt, acc, row0, mrows, j, scales);
@@ -299,6 +334,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
 void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, uint8_t* ws,
                     const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
+  float* acc_up = acc + std::max<int64_t>(pl.mc_ws, 4) * kNR;  // SwiGLU only
   void* bbuf = ws + pl.bbuf_off;
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
   const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
@@ -316,24 +352,32 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         std::memset(d, 0, size_t(k32) * 2);
       }
     }
-    for (int64_t j = r.p0; j < r.p1; ++j) {
+    auto compute = [&](int64_t jb, float* dst) {
       const void* bp;
       if (p.packed_b) {
-        bp = p.packed_b->panel(j);
+        bp = p.packed_b->panel(jb);
       } else {
-        pack_panel(p.b, p.b_kn, j, 0, k32, bbuf);
+        pack_panel(p.b, p.b_kn, jb, 0, k32, bbuf);
         bp = bbuf;
       }
-      // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 32 KiB) stays in L1 for all the
-      // chunk's 32-row blocks; each A block (32 x kAmxKc = 16 KiB) is read from L2 once
-      // and serves both column halves.
+      // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 128 KiB) stays in L2 for all
+      // the chunk's 32-row blocks; each A block (32 x kAmxKc = 64 KiB) is read from L2 once
+      // per panel and serves both column halves.
       for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
         for (int rb = 0; rb < mpad; rb += kAmxRows)
-          kt.amx_block(kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, acc + rb * kNR, kb > 0);
+          kt.amx_block(kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, dst + rb * kNR, kb > 0);
       }
-      epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
+    };
+    for (int64_t j = r.p0; j < r.p1; ++j) {
+      compute(j, acc);
+      if (pl.swiglu) {
+        compute(j + pl.out_panels, acc_up);
+        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc_up, nullptr);
+      } else {
+        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
+      }
     }
   }
   kt.amx_release();
@@ -444,19 +488,35 @@ Status validate(const GemmParams& p) {
     return Error(StatusCode::kInvalidArgument, kOp, ": b_scales given but b is not an unpacked i8 matrix");
   }
 
+  const bool swiglu = p.activation == GemmActivation::kSwiglu;
+  if (swiglu) {
+    if (!p.packed_b)
+      return Error(StatusCode::kInvalidArgument, kOp, ": activation=swiglu needs packed_b ([gate; up] packed with pack_weights)");
+    if (N % (2 * kNR) != 0)
+      return Error(StatusCode::kInvalidArgument, kOp, ": activation=swiglu needs N=2I with I a multiple of ", kNR,
+                   ", got N=", N);
+    if (p.alpha != 1.0f || p.beta != 0.0f || !p.bias.empty())
+      return Error(StatusCode::kInvalidArgument, kOp, ": activation=swiglu takes alpha=1, beta=0 and no bias, got alpha=",
+                   p.alpha, " beta=", p.beta, p.bias.empty() ? "" : " and a bias");
+  } else if (p.activation != GemmActivation::kNone) {
+    return Error(StatusCode::kInvalidArgument, kOp, ": activation=", int(p.activation), " is not a known GemmActivation");
+  }
+  const int64_t Nc = swiglu ? N / 2 : N;  // columns of C
+
   const TensorView& c = p.c;
   if (c.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": c.rank=", c.rank, " but must be 2 ([M, N])");
   OPTX_RETURN_IF_ERROR(check_strides(c, "c"));
-  if (c.sizes[0] != M || c.sizes[1] != N)
+  if (c.sizes[0] != M || c.sizes[1] != Nc)
     return Error(StatusCode::kInvalidArgument, kOp, ": c.sizes=[", c.sizes[0], ", ", c.sizes[1], "] but must be [M=", M,
-                 ", N=", N, "]");
+                 swiglu ? ", N/2=" : ", N=", Nc, "]");
   if (c.dtype != DType::kF32 && c.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, kOp, ": c.dtype=", dtype_name(c.dtype), " but must be f32 or bf16");
   if (M > 0 && N > 0 && !c.data) return Error(StatusCode::kInvalidArgument, kOp, ": c.data is null");
   if (N > 1 && c.strides[1] != 1)
     return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[1]=", c.strides[1], " but must be 1 (rows contiguous)");
-  if (M > 1 && c.strides[0] < N)
-    return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[0]=", c.strides[0], " but must be >= N=", N);
+  if (M > 1 && c.strides[0] < Nc)
+    return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[0]=", c.strides[0], " but must be >= ", Nc,
+                 " (columns of C)");
 
   if (!p.bias.empty()) {
     const TensorView& bias = p.bias;

@@ -5,7 +5,9 @@
 
 #include "ops/gemm/gemm_kernels.h"
 
+#include "simd/simd_avx2.h"
 #define OPTX_ISA_NS avx2
+#define OPTX_GEMM_SIMD ::optx::simd::Avx2
 #include "ops/gemm/gemm_epilogue_inl.h"
 
 namespace optx::gemm_detail::avx2 {

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "ops/gemm/gemm_kernels.h"
+#include "simd/simd_avx512.h"
+#define OPTX_GEMM_SIMD ::optx::simd::Avx512
 #include "ops/gemm/gemm_epilogue_inl.h"
 
 namespace optx::gemm_detail::OPTX_ISA_NS {

@@ -50,6 +50,10 @@ struct EpilogueArgs {
   const void* bias;        // at col0, or nullptr
   DType bias_dtype;
   const float* col_scale;  // 64 per-column scales (i8 weights), or nullptr
+  // kSwiglu: the up projection's finished tile (same layout as acc) and its scales; C
+  // gets silu(scale * acc) * (up_scale * up). alpha, beta and bias are unused then.
+  const float* up = nullptr;
+  const float* up_scale = nullptr;
 };
 
 // Decode: one row of A against four whole panels at once (see gemm_avx512_inl.h), the

@@ -2,6 +2,8 @@
 // tricks beyond reading packed weights through PackedMatrix::at.
 #include "ops/gemm/gemm_internal.h"
 
+#include <cmath>
+
 namespace optx::gemm_detail {
 namespace {
 double load(const TensorView& t, int64_t i0, int64_t i1) {
@@ -18,19 +20,30 @@ double load(const TensorView& t, int64_t i0, int64_t i1) {
 Status gemm_reference(const GemmParams& p, Workspace) {
   const int64_t M = p.a.sizes[0], K = p.a.sizes[1];
   const int64_t N = p.c.sizes[1];
+  const bool swiglu = p.activation == GemmActivation::kSwiglu;
+  const DType bt = p.packed_b ? p.packed_b->dtype : p.b.dtype;
+  // Row n of B times A's row m, scaled (i8 weights) and times alpha.
+  auto dot = [&](int64_t m, int64_t n) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+      double b;
+      if (p.packed_b) b = p.packed_b->at(n, k);
+      else b = p.b_kn ? load(p.b, k, n) : load(p.b, n, k);
+      acc += load(p.a, m, k) * b;
+    }
+    double scale = 1.0;
+    if (bt == DType::kI8) scale = p.packed_b ? p.packed_b->scales[n] : load(p.b_scales, n, 0);
+    return double(p.alpha) * scale * acc;
+  };
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
-      double dot = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        double b;
-        if (p.packed_b) b = p.packed_b->at(n, k);
-        else b = p.b_kn ? load(p.b, k, n) : load(p.b, n, k);
-        dot += load(p.a, m, k) * b;
+      double v;
+      if (swiglu) {
+        const double g = dot(m, n);
+        v = g / (1.0 + std::exp(-g)) * dot(m, N + n);
+      } else {
+        v = dot(m, n);
       }
-      double scale = 1.0;
-      const DType bt = p.packed_b ? p.packed_b->dtype : p.b.dtype;
-      if (bt == DType::kI8) scale = p.packed_b ? p.packed_b->scales[n] : load(p.b_scales, n, 0);
-      double v = double(p.alpha) * scale * dot;
       if (!p.bias.empty()) v += load(p.bias, n, 0);
       const int64_t off = m * p.c.strides[0] + n * p.c.strides[1];
       if (p.c.dtype == DType::kF32) {

@@ -3,7 +3,9 @@
 
 #include "ops/gemm/gemm_kernels.h"
 
+#include "simd/simd_scalar.h"
 #define OPTX_ISA_NS scalar
+#define OPTX_GEMM_SIMD ::optx::simd::Scalar
 #include "ops/gemm/gemm_epilogue_inl.h"
 
 namespace optx::gemm_detail::scalar {

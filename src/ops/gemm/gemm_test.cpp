@@ -57,6 +57,20 @@ std::vector<Case> edge_cases() {
       cs.push_back(c);
     }
   }
+  // Fused SwiGLU: decode pairs (gemv4 takes two outputs per call, I = 192 leaves one
+  // over), vector and AMX row blocks (M > 16, M > 32), K tails, padded C rows.
+  for (auto [M, I, K] : {std::tuple{1, 64, 17}, {1, 192, 100}, {3, 128, 64}, {7, 64, 1}, {17, 128, 33},
+                         {40, 192, 64}, {70, 64, 129}}) {
+    for (const auto& t : combos) {
+      Case c;
+      c.M = M, c.N = 2 * I, c.K = K;
+      c.a = t[0], c.b = t[1], c.c = t[2];
+      c.swiglu = true;
+      c.lda_pad = M % 2;
+      c.ldc_pad = M % 3 ? 5 : 0;
+      cs.push_back(c);
+    }
+  }
   return cs;
 }
 
@@ -262,6 +276,31 @@ TEST_F(BadInput, PackWeightsArguments) {
   std::vector<int8_t> w(40);
   st = pack_weights({.w = make_view(w.data(), DType::kI8, {5, 8})}, &pw);
   EXPECT_NE(st.message().find("scales"), std::string::npos) << st.message();
+}
+
+TEST_F(BadInput, SwigluArguments) {
+  std::vector<float> w(256 * 8, 0.5f), out(4 * 128, 0.0f);
+  auto p = good();
+  p.activation = GemmActivation::kSwiglu;
+  expect_error(p, "needs packed_b");
+  PackedWeights odd, pw;
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kF32, {200, 8})}, &odd).ok());
+  p = good();
+  p.b = {};
+  p.packed_b = &odd[0];
+  p.activation = GemmActivation::kSwiglu;
+  p.c = make_view(out.data(), DType::kF32, {4, 100});
+  expect_error(p, "I a multiple of 64, got N=200");
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kF32, {256, 8})}, &pw).ok());
+  p.packed_b = &pw[0];
+  p.c = make_view(out.data(), DType::kF32, {4, 256});
+  expect_error(p, "c.sizes=[4, 256] but must be [M=4, N/2=128]");
+  p.c = make_view(out.data(), DType::kF32, {4, 128});
+  p.beta = 1.0f;
+  expect_error(p, "beta=1");
+  p.beta = 0.0f;
+  p.bias = make_view(bias.data(), DType::kF32, {256});
+  expect_error(p, "no bias");
 }
 
 // ---- dispatch ----------------------------------------------------------------------------

@@ -26,13 +26,14 @@ struct Case {
   int64_t lda_pad = 0, ldc_pad = 0;  // extra elements per row (strided views)
   float alpha = 1.0f, beta = 0.0f;
   Bias bias = Bias::kNone;
+  bool swiglu = false;  // B is [gate; up] (N = 2I), C [M, I] = silu(A gate^T) * (A up^T)
 
   std::string name() const {
     std::ostringstream os;
     os << "a=" << dtype_name(a) << " b=" << dtype_name(b) << " c=" << dtype_name(c) << " M=" << M << " N=" << N
        << " K=" << K << " packed=" << packed << " kn=" << b_kn << " lda_pad=" << lda_pad << " ldc_pad=" << ldc_pad
        << " alpha=" << alpha << " beta=" << beta << " bias="
-       << (bias == Bias::kNone ? "none" : bias == Bias::kF32 ? "f32" : "bf16");
+       << (bias == Bias::kNone ? "none" : bias == Bias::kF32 ? "f32" : "bf16") << (swiglu ? " act=swiglu" : "");
     return os.str();
   }
 };
@@ -74,7 +75,8 @@ struct Buffer {
 inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint64_t seed = 1) {
   testing::Rng rng(seed);
   const int64_t M = cs.M, N = cs.N, K = cs.K;
-  const int64_t lda = K + cs.lda_pad, ldc = N + cs.ldc_pad;
+  const int64_t Nc = cs.swiglu ? N / 2 : N;  // columns of C
+  const int64_t lda = K + cs.lda_pad, ldc = Nc + cs.ldc_pad;
   Buffer A, B, S, Bias_, C;
   A.fill(cs.a, std::max<int64_t>(M * lda, 1), rng);
   B.fill(cs.b, std::max<int64_t>(N * K, 1), rng);
@@ -128,9 +130,10 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
     p.b_scales = sview;
   }
   if (cs.bias != Bias::kNone) p.bias = make_view(Bias_.data(bias_t), bias_t, {N});
-  p.c = make_view(C.data(cs.c), cs.c, {M, N}, {ldc, 1});
+  p.c = make_view(C.data(cs.c), cs.c, {M, Nc}, {ldc, 1});
   p.alpha = cs.alpha;
   p.beta = cs.beta;
+  if (cs.swiglu) p.activation = GemmActivation::kSwiglu;
 
   std::vector<uint8_t> ws(gemm_workspace_size(p));
   Outcome out;
@@ -141,27 +144,43 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
   // about K * eps * sum|a*b| (the classical bound, taken with a factor 2 of slack).
   std::vector<double> got, ref, extra;
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double dot = 0, absdot = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double t = A.val[size_t(m * lda + k)] * B.val[size_t(n * K + k)];
-        dot += t;
-        absdot += std::fabs(t);
-      }
-      const double scale = double(cs.alpha) * (i8 ? double(S.f32[size_t(n)]) : 1.0);
-      double r = scale * dot;
-      double mag = std::fabs(scale) * absdot;
-      if (cs.bias != Bias::kNone) {
-        r += Bias_.val[size_t(n)];
-        mag += std::fabs(Bias_.val[size_t(n)]);
-      }
-      if (cs.beta != 0.0f) {
-        const double cb = double(cs.beta) * c_before[size_t(m * ldc + n)];
-        r += cb;
-        mag += std::fabs(cb);
+    for (int64_t n = 0; n < Nc; ++n) {
+      // Row nb of B against row m of A: the scaled dot and its accumulation allowance.
+      auto product = [&](int64_t nb, double* allow) {
+        double dot = 0, absdot = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double t = A.val[size_t(m * lda + k)] * B.val[size_t(nb * K + k)];
+          dot += t;
+          absdot += std::fabs(t);
+        }
+        const double scale = double(cs.alpha) * (i8 ? double(S.f32[size_t(nb)]) : 1.0);
+        *allow = 2.0 * double(K + 3) * testing::kEpsF32 * std::fabs(scale) * absdot;
+        return scale * dot;
+      };
+      double r, allow;
+      if (cs.swiglu) {
+        // d(silu(g) u) = silu'(g) u dg + silu(g) du with |silu'| < 1.1; the kernels' exp
+        // is a polynomial with relative error < 2e-7, well inside the f32 terms below.
+        double eg, eu;
+        const double g = product(n, &eg), u = product(Nc + n, &eu);
+        const double silu = g / (1.0 + std::exp(-g));
+        r = silu * u;
+        allow = 1.1 * std::fabs(u) * eg + std::fabs(silu) * eu + 8.0 * testing::kEpsF32 * std::fabs(r);
+      } else {
+        r = product(n, &allow);
+        double mag = 0;
+        if (cs.bias != Bias::kNone) {
+          r += Bias_.val[size_t(n)];
+          mag += std::fabs(Bias_.val[size_t(n)]);
+        }
+        if (cs.beta != 0.0f) {
+          const double cb = double(cs.beta) * c_before[size_t(m * ldc + n)];
+          r += cb;
+          mag += std::fabs(cb);
+        }
+        allow += 2.0 * double(K + 3) * testing::kEpsF32 * mag;
       }
       ref.push_back(r);
-      double allow = 2.0 * double(K + 3) * testing::kEpsF32 * mag;
       if (cs.c == DType::kBF16) allow += testing::kEpsBF16 * (std::fabs(r) + allow);
       extra.push_back(allow);
       const size_t off = size_t(m * ldc + n);
@@ -169,7 +188,7 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
     }
   // Columns past N in padded rows must be untouched (never write outside the output).
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = N; n < ldc; ++n) {
+    for (int64_t n = Nc; n < ldc; ++n) {
       const size_t off = size_t(m * ldc + n);
       const double now = cs.c == DType::kF32 ? double(C.f32[off]) : double(bf16_to_f32(C.b16[off]));
       const double was = c_before[off];

@@ -1,5 +1,7 @@
 // `optx verify` cases for gemm: every runnable implementation x dtype combination x shapes
-// (tile edges, 1023, strided views, beta/bias/alpha, large magnitudes).
+// (tile edges, 1023, strided views, beta/bias/alpha, large magnitudes, fused SwiGLU).
+#include <tuple>
+
 #include "ops/gemm/gemm_testutil.h"
 #include "tools/verify.h"
 
@@ -44,6 +46,16 @@ void verify_gemm(std::vector<verify::Record>& out) {
         c.bias = s.bias;
         c.b_kn = s.M == 33;  // one [K, N] layout per combination
         const auto o = testutil::run_case(*impl, c, uint64_t(s.M * 131 + s.K));
+        out.push_back(verify::make_record("gemm", impl->name, c.name(), o.status, o.cmp));
+      }
+      // Fused SwiGLU epilogue: decode, an AMX-sized block with K tail, many row blocks.
+      for (auto [M, I, K] : {std::tuple{1, 192, 1023}, {33, 128, 257}, {130, 64, 64}}) {
+        Case c;
+        c.M = M, c.N = 2 * I, c.K = K;
+        c.a = t[0], c.b = t[1], c.c = t[2];
+        c.swiglu = true;
+        c.ldc_pad = M % 2 ? 3 : 0;
+        const auto o = testutil::run_case(*impl, c, uint64_t(M * 17 + K));
         out.push_back(verify::make_record("gemm", impl->name, c.name(), o.status, o.cmp));
       }
     }
