@@ -84,11 +84,16 @@ size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p);
 Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws);
 
 // Grouped gate/up + SwiGLU: weights[g] is [2I, K] = [gate; up]; out = silu(gate) * up.
+// With I a multiple of 64 SwiGLU is applied to the two f32 tiles in registers before the
+// store (GemmActivation::kSwiglu); otherwise through an f32 buffer, per work item.
+// out of dtype i8: per-token dynamic int8 (scale = max|row| / 127 into out_scales, codes
+// rne(v * 127 / max|row|)), e.g. as the input of a w8a8 down projection.
 struct GroupedMatmulSwigluParams {
   TensorView x;                  // [M, K] f32 | bf16
   const PackedWeights* weights = nullptr;  // E matrices [2I, K]
   TensorView group_offsets;      // [E] i64 cumulative end offsets
-  TensorView out;                // [M, I] f32 | bf16
+  TensorView out;                // [M, I] f32 | bf16 | i8 (rows past the total untouched)
+  TensorView out_scales;         // [M] f32 when out is i8; else empty
   ScheduleStats* stats = nullptr;
 };
 size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p);

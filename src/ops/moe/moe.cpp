@@ -279,52 +279,56 @@ Status grouped_common(const char* op, const TensorView& x, const PackedWeights* 
   return Status::Ok();
 }
 
+// The GEMM of one work item: rows [begin, end) of x times weights w into out's rows.
+GemmParams item_gemm(const TensorView& x, const PackedMatrix& w, const TensorView& out, GemmActivation act,
+                     int64_t begin, int64_t end) {
+  const int64_t K = x.sizes[1], N = out.sizes[1];
+  const auto* xb = static_cast<const uint8_t*>(x.data ? x.data : reinterpret_cast<void*>(64));
+  auto* ob = static_cast<uint8_t*>(out.data ? out.data : reinterpret_cast<void*>(64));
+  return {.a = make_view(const_cast<uint8_t*>(xb) + size_t(begin * K) * dtype_size(x.dtype), x.dtype, {end - begin, K}),
+          .packed_b = &w,
+          .c = make_view(ob + size_t(begin * N) * dtype_size(out.dtype), out.dtype, {end - begin, N}),
+          .activation = act};
+}
+
 // Largest GEMM workspace over the group sizes that can occur: gemm sizes its buffers for
 // its row-chunk cap, so the workspace grows monotonically with M and M = max_rows bounds it.
-size_t gemm_ws_bound(const TensorView& x, const PackedMatrix& w, int64_t max_rows, DType out_dtype) {
-  if (max_rows < 1) return 0;
-  GemmParams g{.a = make_view(x.data ? x.data : reinterpret_cast<void*>(64), x.dtype, {max_rows, x.sizes[1]}),
-               .packed_b = &w, .c = make_view(reinterpret_cast<void*>(64), out_dtype, {max_rows, w.n})};
-  return gemm_workspace_size(g);
+size_t gemm_ws_bound(const TensorView& x, const PackedMatrix& w, const TensorView& out, GemmActivation act) {
+  if (x.sizes[0] < 1) return 0;
+  return gemm_workspace_size(item_gemm(x, w, out, act, 0, x.sizes[0]));
 }
 
 // Expert-queue workspace: one serial GEMM workspace per thread, each aligned.
-size_t queue_ws_bound(const TensorView& x, const PackedMatrix& w, int64_t max_rows, DType out_dtype) {
+size_t queue_ws_bound(const TensorView& x, const PackedMatrix& w, const TensorView& out, GemmActivation act) {
   const int nt = num_threads();
   ThreadScope serial(1);
-  return size_t(nt) * align_up(gemm_ws_bound(x, w, max_rows, out_dtype) + kAlign);
+  return size_t(nt) * align_up(gemm_ws_bound(x, w, out, act) + kAlign);
 }
 
-}  // namespace
-
-size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) {
-  if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
-  return std::max(gemm_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype),
-                  queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype));
+size_t grouped_ws_bound(const TensorView& x, const PackedMatrix& w, const TensorView& out, GemmActivation act) {
+  return std::max(gemm_ws_bound(x, w, out, act), queue_ws_bound(x, w, out, act));
 }
 
-Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
-  constexpr const char* op = "grouped_matmul";
-  int64_t total = 0, nonempty = 0;
-  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-  OPTX_RETURN_IF_ERROR(
-      grouped_common(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total, &nonempty));
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
-  const int64_t* o = static_cast<const int64_t*>(p.group_offsets.data);
-  const size_t xs = dtype_size(p.x.dtype), os = dtype_size(p.out.dtype);
-  const int64_t K = p.x.sizes[1], N = p.out.sizes[1];
+// One grouped GEMM: x's rows sorted by group, group g's rows times weights[g] into out
+// (activation act), then after(begin, end) on the same thread for each finished item (an
+// epilogue over whole rows, e.g. per-token quantisation, while they are still in cache).
+//
+// Few groups (decode): each GEMM in turn, split across all threads by the GEMM itself.
+// Many groups: a shared queue, largest item first (LPT), each GEMM serial on the thread
+// that took it — no fork/join or A re-pack split per group, and a thread never waits
+// while items remain. A hot expert would set the tail on its own, so groups above a fair
+// share of rows are cut into row tiles (each re-streams that expert's weights, cheap
+// next to its FLOPs at these sizes); tiles stay >= kMinTileRows for full AMX blocks.
+template <class After>
+Status run_grouped(const char* op, const TensorView& x, const PackedWeights& w, const int64_t* o, bool counts,
+                   int64_t total, int64_t nonempty, const TensorView& out, GemmActivation act, ScheduleStats* stats,
+                   Workspace ws, After&& after) {
   struct Item {
     int64_t g, begin, end;
   };
-  const int64_t E = p.weights->count();
-  auto group_end = [&](int64_t g, int64_t begin) { return p.offsets_are_counts ? begin + o[g] : o[g]; };
+  const int64_t E = w.count();
+  auto group_end = [&](int64_t g, int64_t begin) { return counts ? begin + o[g] : o[g]; };
   const int nt = num_threads();
-  // Few groups (decode): each GEMM in turn, split across all threads by the GEMM itself.
-  // Many groups: a shared queue, largest item first (LPT), each GEMM serial on the thread
-  // that took it — no fork/join or A re-pack split per group, and a thread never waits
-  // while items remain. A hot expert would set the tail on its own, so groups above a fair
-  // share of rows are cut into row tiles (each re-streams that expert's weights, cheap
-  // next to its FLOPs at these sizes); tiles stay >= kMinTileRows for full AMX blocks.
   const bool queue = nt > 1 && nonempty >= int64_t(kQueueItemsPerThread) * nt;
   const int64_t fair = (total + 4 * nt - 1) / (4 * nt);
   const int64_t tile = queue ? std::max<int64_t>(kMinTileRows, (fair + 31) / 32 * 32) : std::max<int64_t>(total, 1);
@@ -333,21 +337,20 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
     const int64_t n = group_end(g, begin) - begin, pieces = (n + tile - 1) / tile;  // empty groups: no item
     for (int64_t q = 0; q < pieces; ++q) items.push_back({g, begin + n * q / pieces, begin + n * (q + 1) / pieces});
   }
-  auto run = [&](const Item& it, Workspace w) {
-    GemmParams gp{.a = make_view(static_cast<uint8_t*>(p.x.data) + size_t(it.begin * K) * xs, p.x.dtype, {it.end - it.begin, K}),
-                  .packed_b = &(*p.weights)[it.g],
-                  .c = make_view(static_cast<uint8_t*>(p.out.data) + size_t(it.begin * N) * os, p.out.dtype, {it.end - it.begin, N})};
-    return gemm(gp, w);
+  auto run = [&](const Item& it, Workspace wsi) {
+    OPTX_RETURN_IF_ERROR(gemm(item_gemm(x, w[it.g], out, act, it.begin, it.end), wsi));
+    after(it.begin, it.end);
+    return Status::Ok();
   };
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   std::vector<double> busy(size_t(nt), 0.0);
   auto account = [&] {
-    if (!p.stats) return;
+    if (!stats) return;
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    p.stats->wall_s += wall;
-    if (p.stats->busy_s.size() < size_t(nt)) p.stats->busy_s.resize(size_t(nt), 0.0);
-    for (int t = 0; t < nt; ++t) p.stats->busy_s[size_t(t)] += busy[size_t(t)];
+    stats->wall_s += wall;
+    if (stats->busy_s.size() < size_t(nt)) stats->busy_s.resize(size_t(nt), 0.0);
+    for (int t = 0; t < nt; ++t) stats->busy_s[size_t(t)] += busy[size_t(t)];
   };
   if (!queue) {
     for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
@@ -355,9 +358,9 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
     account();
     return Status::Ok();
   }
-  const size_t need = queue_ws_bound(p.x, (*p.weights)[0], p.x.sizes[0], p.out.dtype);
+  const size_t need = queue_ws_bound(x, w[0], out, act);
   if (ws.bytes < need || !ws.data)
-    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_workspace_size()=", need);
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the expert queue needs ", need);
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
   const size_t slice = need / size_t(nt);
   std::atomic<size_t> next{0};
@@ -379,43 +382,111 @@ Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
   return first_error;
 }
 
+// Row loops inside an item's epilogue: parallel when called outside the queue (split
+// schedule), serial on the item's thread inside it.
+template <class F>
+void for_rows(int64_t begin, int64_t end, F&& f) {
+  const int nt = omp_in_parallel() ? 1 : num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && end - begin > 16)
+  for (int64_t r = begin; r < end; ++r) f(r);
+}
+
+// SwiGLU runs in the GEMM's registers when the up half starts on a panel boundary
+// (I % 64 == 0, every DeepSeek width); otherwise the [gate | up] rows go through an f32
+// buffer and each item applies SwiGLU to its rows right after its GEMM.
+bool fused_swiglu(int64_t I) { return I % PackedMatrix::kPanel == 0; }
+
+}  // namespace
+
+size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) {
+  if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+  return grouped_ws_bound(p.x, (*p.weights)[0], make_view(nullptr, p.out.dtype, {p.x.sizes[0], (*p.weights)[0].n}),
+                          GemmActivation::kNone);
+}
+
+Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) {
+  constexpr const char* op = "grouped_matmul";
+  int64_t total = 0, nonempty = 0;
+  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  OPTX_RETURN_IF_ERROR(
+      grouped_common(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total, &nonempty));
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
+  return run_grouped(op, p.x, *p.weights, static_cast<const int64_t*>(p.group_offsets.data), p.offsets_are_counts, total,
+                     nonempty, p.out, GemmActivation::kNone, p.stats, ws, [](int64_t, int64_t) {});
+}
+
+namespace {
+// Layout of grouped_matmul_swiglu's workspace: [f32 rows (when needed)][GEMM workspace].
+struct SwigluPlan {
+  bool fused = true;       // SwiGLU in the GEMM epilogue
+  int64_t buf_cols = 0;    // f32 buffer columns: 0, I (fused + i8 out) or 2I (unfused)
+  TensorView gemm_out;     // what the grouped GEMM writes (shape; data set at run time)
+  GemmActivation act = GemmActivation::kNone;
+  size_t buf_bytes = 0;
+};
+SwigluPlan swiglu_plan(const GroupedMatmulSwigluParams& p) {
+  SwigluPlan s;
+  const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n, I = N2 / 2;
+  s.fused = fused_swiglu(I);
+  s.act = s.fused ? GemmActivation::kSwiglu : GemmActivation::kNone;
+  const bool quant = p.out.dtype == DType::kI8;
+  s.buf_cols = !s.fused ? N2 : quant ? I : 0;
+  s.gemm_out = s.buf_cols ? make_view(nullptr, DType::kF32, {M, s.buf_cols}) : make_view(nullptr, p.out.dtype, {M, I});
+  s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
+  return s;
+}
+}  // namespace
+
 size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p) {
   if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
-  const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
-  const size_t gemm_ws = grouped_matmul_workspace_size({.x = p.x, .weights = p.weights, .out = make_view(nullptr, DType::kF32, {M, N2})});
-  return kAlign + align_up(size_t(M * N2) * sizeof(float)) + gemm_ws;  // + aligning the base
+  const SwigluPlan s = swiglu_plan(p);
+  return kAlign + s.buf_bytes + grouped_ws_bound(p.x, (*p.weights)[0], s.gemm_out, s.act);  // + aligning the base
 }
 
 Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {
   constexpr const char* op = "grouped_matmul_swiglu";
   if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-  const int64_t N2 = (*p.weights)[0].n, I = N2 / 2;
+  const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n, I = N2 / 2;
   if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
-  int64_t total = 0;
-  OPTX_RETURN_IF_ERROR(grouped_common(op, p.x, p.weights, p.group_offsets, false, N2, &total));
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], I, true));
+  int64_t total = 0, nonempty = 0;
+  OPTX_RETURN_IF_ERROR(grouped_common(op, p.x, p.weights, p.group_offsets, false, N2, &total, &nonempty));
+  const bool quant = p.out.dtype == DType::kI8;
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", M, I, !quant));
+  if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.out_scales, "out_scales", M, DType::kF32));
+  else if (!p.out_scales.empty())
+    return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
   const size_t need = grouped_matmul_swiglu_workspace_size(p);
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
-  // [aligned f32 gate|up rows][the grouped GEMM's workspace]
+  SwigluPlan s = swiglu_plan(p);
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  float* h = reinterpret_cast<float*>(base);
-  const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(p.x.sizes[0] * N2) * sizeof(float));
+  float* buf = reinterpret_cast<float*>(base);
+  const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + s.buf_bytes;
   const Workspace gws{static_cast<uint8_t*>(ws.data) + used, ws.bytes - used};
-  OPTX_RETURN_IF_ERROR(grouped_matmul({.x = p.x, .weights = p.weights, .group_offsets = p.group_offsets,
-                                       .out = make_view(h, DType::kF32, {p.x.sizes[0], N2}), .stats = p.stats},
-                                      gws));
-  const bool bf = p.out.dtype == DType::kBF16;
-#pragma omp parallel for num_threads(num_threads()) schedule(static) if (total > 16)
-  for (int64_t r = 0; r < total; ++r) {
-    const float* g = h + r * N2;
-    for (int64_t i = 0; i < I; ++i) {
-      const float v = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];
-      if (bf) static_cast<uint16_t*>(p.out.data)[r * I + i] = f32_to_bf16(v);
-      else static_cast<float*>(p.out.data)[r * I + i] = v;
-    }
-  }
-  return Status::Ok();
+  s.gemm_out.data = s.buf_cols ? static_cast<void*>(buf) : p.out.data;
+  int8_t* q = static_cast<int8_t*>(p.out.data);
+  float* qs = quant ? static_cast<float*>(p.out_scales.data) : nullptr;
+  // Per item, on rows still in cache: SwiGLU from the [gate | up] buffer when the GEMM
+  // could not fuse it (in place over the gate half), then per-token int8 when asked.
+  auto after = [&](int64_t begin, int64_t end) {
+    if (!s.buf_cols) return;
+    for_rows(begin, end, [&](int64_t r) {
+      float* g = buf + r * s.buf_cols;
+      if (!s.fused) {
+        for (int64_t i = 0; i < I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];
+        if (!quant) {
+          for (int64_t i = 0; i < I; ++i) {
+            if (p.out.dtype == DType::kBF16) static_cast<uint16_t*>(p.out.data)[r * I + i] = f32_to_bf16(g[i]);
+            else static_cast<float*>(p.out.data)[r * I + i] = g[i];
+          }
+          return;
+        }
+      }
+      numerics::quantize_row_i8(g, I, q + r * I, qs + r);
+    });
+  };
+  return run_grouped(op, p.x, *p.weights, static_cast<const int64_t*>(p.group_offsets.data), false, total, nonempty,
+                     s.gemm_out, s.act, p.stats, gws, after);
 }
 
 // ---- finalize ---------------------------------------------------------------------------------

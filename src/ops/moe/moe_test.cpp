@@ -272,6 +272,90 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   set_num_threads(0);
 }
 
+// grouped_matmul_swiglu on both paths (I = 64: SwiGLU in the GEMM epilogue; I = 35:
+// through the f32 buffer), f32 / bf16 / per-token int8 output, 1 thread (split) and 2, 3
+// (queue), against silu(gate) * up in double from the plain arrays. Int8: scale within
+// rounding of max|row| / 127 and codes within 1 LSB; rows past the groups untouched.
+TEST(GroupedMatmulSwiglu, FusedBufferedAndInt8OutputMatchReference) {
+  const int64_t E = 8, K = 50, rows = 330, M = rows + 3;
+  const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 306, 1};
+  std::vector<int64_t> offs(counts.size());
+  std::partial_sum(counts.begin(), counts.end(), offs.begin());
+  testing::Rng rng(33);
+  std::vector<uint16_t> x(size_t(M * K));
+  testing::fill_bf16(x.data(), M * K, rng);
+  for (int64_t I : {64, 35}) {
+    std::vector<uint16_t> w(size_t(E * 2 * I * K));
+    testing::fill_bf16(w.data(), int64_t(w.size()), rng);
+    PackedWeights pw;
+    ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kBF16, {E, 2 * I, K})}, &pw).ok());
+    std::vector<double> ref(size_t(rows * I)), amax(size_t(rows), 0.0);
+    for (int64_t g = 0, r = 0; g < E; ++g)
+      for (int64_t i = 0; i < counts[size_t(g)]; ++i, ++r)
+        for (int64_t c = 0; c < I; ++c) {
+          double gate = 0, up = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double a = bf16_to_f32(x[size_t(r * K + k)]);
+            gate += a * bf16_to_f32(w[size_t((g * 2 * I + c) * K + k)]);
+            up += a * bf16_to_f32(w[size_t((g * 2 * I + I + c) * K + k)]);
+          }
+          ref[size_t(r * I + c)] = moe_testutil::silu(gate) * up;
+          amax[size_t(r)] = std::max(amax[size_t(r)], std::fabs(ref[size_t(r * I + c)]));
+        }
+    for (int threads : {1, 2, 3})
+      for (DType od : {DType::kF32, DType::kBF16, DType::kI8}) {
+        set_num_threads(threads);
+        const std::string what = "I=" + std::to_string(I) + " out=" + dtype_name(od) + " threads=" + std::to_string(threads);
+        std::vector<float> of(size_t(M * I), NAN), sc(size_t(M), NAN);
+        std::vector<uint16_t> ob(size_t(M * I), 0x7fc0);
+        std::vector<int8_t> oq(size_t(M * I), 99);
+        void* od_ptr = od == DType::kF32 ? static_cast<void*>(of.data()) : od == DType::kBF16 ? static_cast<void*>(ob.data()) : oq.data();
+        GroupedMatmulSwigluParams p{.x = make_view(x.data(), DType::kBF16, {M, K}), .weights = &pw,
+                                    .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                                    .out = make_view(od_ptr, od, {M, I})};
+        if (od == DType::kI8) p.out_scales = make_view(sc.data(), DType::kF32, {M});
+        std::vector<uint8_t> ws(grouped_matmul_swiglu_workspace_size(p));
+        const Status st = grouped_matmul_swiglu(p, {ws.data(), ws.size()});
+        ASSERT_TRUE(st.ok()) << what << ": " << st.message();
+        if (od == DType::kI8) {
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_NEAR(sc[size_t(r)], amax[size_t(r)] / 127, amax[size_t(r)] / 127 * 1e-4) << what << " row " << r;
+            for (int64_t c = 0; c < I; ++c) {
+              const double exact = ref[size_t(r * I + c)] * 127 / amax[size_t(r)];
+              ASSERT_LE(std::fabs(oq[size_t(r * I + c)] - exact), 1.0) << what << " row " << r << " col " << c;
+            }
+          }
+          for (int64_t r = rows; r < M; ++r) {
+            EXPECT_TRUE(std::isnan(sc[size_t(r)])) << what << ": scale of row " << r << " past the groups written";
+            EXPECT_EQ(oq[size_t(r * I)], 99) << what << ": row " << r << " past the groups written";
+          }
+          continue;
+        }
+        std::vector<double> got(size_t(rows * I)), r_(ref.begin(), ref.end());
+        for (int64_t i = 0; i < rows * I; ++i) got[size_t(i)] = od == DType::kF32 ? of[size_t(i)] : bf16_to_f32(ob[size_t(i)]);
+        const testing::CompareResult c = testing::compare(got, r_, od == DType::kF32 ? testing::Tolerance{1e-5, 1e-4} : testing::Tolerance{1e-2, 1e-2});
+        EXPECT_TRUE(c.pass) << what << ": " << c.message;
+        for (int64_t r = rows; r < M; ++r) {
+          if (od == DType::kF32) EXPECT_TRUE(std::isnan(of[size_t(r * I)])) << what << ": row " << r << " past the groups written";
+          else EXPECT_EQ(ob[size_t(r * I)], 0x7fc0) << what << ": row " << r << " past the groups written";
+        }
+      }
+    // Bad arguments name themselves.
+    std::vector<float> of(static_cast<size_t>(M * I)), sc(static_cast<size_t>(M));
+    GroupedMatmulSwigluParams p{.x = make_view(x.data(), DType::kBF16, {M, K}), .weights = &pw,
+                                .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                                .out = make_view(of.data(), DType::kF32, {M, I}), .out_scales = make_view(sc.data(), DType::kF32, {M})};
+    std::vector<uint8_t> ws(1 << 22);
+    Status st = grouped_matmul_swiglu(p, {ws.data(), ws.size()});
+    EXPECT_NE(st.message().find("out_scales given but out.dtype=f32"), std::string::npos) << st.message();
+    p.out = make_view(of.data(), DType::kI8, {M, I});
+    p.out_scales = {};
+    st = grouped_matmul_swiglu(p, {ws.data(), ws.size()});
+    EXPECT_NE(st.message().find("out_scales must be contiguous f32"), std::string::npos) << st.message();
+  }
+  set_num_threads(0);
+}
+
 // Weight-only int8 experts (per-output-channel scales) through both schedules, against
 // the dequantised weights in double.
 TEST(GroupedMatmul, Int8WeightsMatchDequantisedReferenceOnSelectedIsa) {

@@ -63,9 +63,11 @@ void verify_gating(std::vector<verify::Record>& out) {
 OPTX_REGISTER_VERIFY("moe_gating_topk", verify_gating);
 
 // Skewed group sizes with empty groups; at 1 thread each GEMM runs split, at 2+ threads
-// the expert queue runs (with the 400-row group cut into row tiles).
-void verify_grouped(std::vector<verify::Record>& out) {
-  const int64_t E = 16, K = 200, N = 144, I = N / 2;
+// the expert queue runs (with the 400-row group cut into row tiles). N = 144 puts SwiGLU
+// through the f32 buffer (I = 72), N = 256 into the GEMM epilogue (I = 128); int8 output
+// rows are dequantised and held to 1 LSB of their row scale.
+void verify_grouped_n(std::vector<verify::Record>& out, int64_t N) {
+  const int64_t E = 16, K = 200, I = N / 2;
   testing::Rng rng(11);
   std::vector<int64_t> counts(static_cast<size_t>(E));
   for (int64_t g = 0; g < E; ++g) counts[size_t(g)] = g % 5 == 1 ? 0 : int64_t(rng.below(40));
@@ -87,11 +89,15 @@ void verify_grouped(std::vector<verify::Record>& out) {
         for (int64_t k = 0; k < K; ++k) acc += double(bf16_to_f32(x[size_t(r * K + k)])) * bf16_to_f32(w[size_t((g * N + n) * K + k)]);
         ref[size_t(r * N + n)] = acc;
       }
+  std::vector<double> hr(static_cast<size_t>(M * I));
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t i = 0; i < I; ++i) hr[size_t(r * I + i)] = moe_testutil::silu(ref[size_t(r * N + i)]) * ref[size_t(r * N + I + i)];
   const int all = num_threads();
   for (int threads : {1, all > 1 ? all : 2}) {
     set_num_threads(threads);
     const std::string schedule = threads == 1 ? "split" : "queue";
-    const std::string cs = "bf16 E=16 M=" + std::to_string(M) + " N=144 K=200 threads=" + std::to_string(threads) + " (" + schedule + ")";
+    const std::string cs = "bf16 E=16 M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=200 threads=" +
+                           std::to_string(threads) + " (" + schedule + ")";
     std::vector<float> y(static_cast<size_t>(M * N));
     GroupedMatmulParams p{.x = make_view(x.data(), DType::kBF16, {M, K}), .weights = &pw,
                           .group_offsets = make_view(offs.data(), DType::kI64, {E}), .out = make_view(y.data(), DType::kF32, {M, N})};
@@ -103,12 +109,29 @@ void verify_grouped(std::vector<verify::Record>& out) {
     GroupedMatmulSwigluParams q{.x = p.x, .weights = &pw, .group_offsets = p.group_offsets, .out = make_view(h.data(), DType::kF32, {M, I})};
     std::vector<uint8_t> ws2(grouped_matmul_swiglu_workspace_size(q));
     st = packed.ok() ? grouped_matmul_swiglu(q, {ws2.data(), ws2.size()}) : packed;
-    std::vector<double> hg(h.begin(), h.end()), hr(h.size());
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t i = 0; i < I; ++i) hr[size_t(r * I + i)] = moe_testutil::silu(ref[size_t(r * N + i)]) * ref[size_t(r * N + I + i)];
+    std::vector<double> hg(h.begin(), h.end());
     out.push_back(verify::make_record("grouped_matmul_swiglu", selected_impl("gemm"), cs, st, testing::compare(hg, hr, {1e-4, 1e-4})));
+    std::vector<int8_t> hq(static_cast<size_t>(M * I));
+    std::vector<float> hs(static_cast<size_t>(M));
+    q.out = make_view(hq.data(), DType::kI8, {M, I});
+    q.out_scales = make_view(hs.data(), DType::kF32, {M});
+    std::vector<uint8_t> ws3(grouped_matmul_swiglu_workspace_size(q));
+    st = packed.ok() ? grouped_matmul_swiglu(q, {ws3.data(), ws3.size()}) : packed;
+    std::vector<double> dq(hq.size()), lsb(hq.size());
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        dq[size_t(r * I + i)] = double(hq[size_t(r * I + i)]) * hs[size_t(r)];
+        lsb[size_t(r * I + i)] = hs[size_t(r)];
+      }
+    out.push_back(verify::make_record("grouped_matmul_swiglu", selected_impl("gemm"), cs + " out=i8", st,
+                                      testing::compare(dq, hr, {1e-4, 1e-4}, &lsb)));
   }
   set_num_threads(all);
+}
+
+void verify_grouped(std::vector<verify::Record>& out) {
+  verify_grouped_n(out, 144);
+  verify_grouped_n(out, 256);
 }
 
 OPTX_REGISTER_VERIFY("grouped_matmul", verify_grouped);
