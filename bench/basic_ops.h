@@ -5,7 +5,9 @@
 // Callers preallocate every intermediate outside the timed region.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "optx/tensor.h"
 
@@ -54,6 +56,34 @@ OPTX_BASIC_OP void gather_cos_row(const float* table, int64_t half, float* row) 
 OPTX_BASIC_OP void deinterleave_bf16(const uint16_t* x, uint16_t* y, int64_t d) {
   const int64_t h = d / 2;
   for (int64_t i = 0; i < h; ++i) y[i] = x[2 * i], y[h + i] = x[2 * i + 1];
+}
+
+// y = silu(g) * u to bf16 (what a framework's silu and mul kernels compute), with e^x as
+// a plain-C polynomial the compiler vectorises, as a framework's vectorised silu is.
+OPTX_BASIC_OP void silu_mul_f32_to_bf16(const float* g, const float* u, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = -g[i];
+    const float t = std::fmin(std::fmax(x, -87.0f), 88.0f) * 1.44269504f;
+    const float k = std::nearbyint(t), f = t - k;
+    float p = 1.3398874e-3f;
+    p = p * f + 9.6184373e-3f;
+    p = p * f + 5.5503325e-2f;
+    p = p * f + 2.4022648e-1f;
+    p = p * f + 6.9314720e-1f;
+    p = p * f + 1.0f;
+    const uint32_t bits = uint32_t(int32_t(k) + 127) << 23;
+    float two_k;
+    std::memcpy(&two_k, &bits, 4);
+    y[i] = f32_to_bf16(g[i] / (1.0f + p * two_k) * u[i]);
+  }
+}
+// acc += w * y (one routed row added into its token's f32 accumulator).
+OPTX_BASIC_OP void axpy_bf16_f32(float w, const uint16_t* y, float* acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += w * bf16_to_f32(y[i]);
+}
+// y = bf16(a + b) with a f32 and b bf16.
+OPTX_BASIC_OP void add_f32_bf16_to_bf16(const float* a, const uint16_t* b, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(a[i] + bf16_to_f32(b[i]));
 }
 
 #undef OPTX_BASIC_OP

@@ -17,6 +17,7 @@ namespace optx::gemm_detail {
 inline constexpr int kNR = 64;  // panel width = PackedMatrix::kPanel
 inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 accumulators
 inline constexpr int kAmxRows = 32;  // rows per AMX block: 2 x 16-row tiles
+inline constexpr int kAmxTileRows = 16;  // a chunk's last block may be one 16-row tile
 inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile row
 
 // A arrives packed by the driver, one micro-panel per kMR rows, so the kernel's broadcasts
@@ -72,11 +73,11 @@ struct KernelTable {
   KernelF32A i8b;       // B i8    [kc][64]
   KernelBf16A bf16dp;   // A bf16 x B bf16 with a dot-product instruction; may be nullptr
   void (*epilogue)(const EpilogueArgs&);
-  // AMX (may be nullptr): adds A[32 x kc] * B[kc x 64] to the 32 x 64 f32 block acc (row
-  // stride 64; overwritten unless accumulate), bf16 x bf16, kc a multiple of 32. a: 32
-  // packed rows, row-major with stride lda, zero-padded past K; b: the panel at the
+  // AMX (may be nullptr): adds A[rows x kc] * B[kc x 64] to the rows x 64 f32 block acc
+  // (rows 16 or 32; row stride 64; overwritten unless accumulate), bf16 x bf16, kc a
+  // multiple of 32. a: packed rows, row-major with stride lda, zero-padded past K; b: the panel at the
   // block's first pair row (pair rows are zero-padded to a multiple of 16).
-  void (*amx_block)(int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
+  void (*amx_block)(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
   Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;

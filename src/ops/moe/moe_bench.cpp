@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "optx/moe.h"
 #include "testing/rng.h"
@@ -76,20 +77,21 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
     p.x.data = x[size_t(set++ % kSets)].data();
     bench::check(moe_forward(p, {ws.data(), ws.size()}));
   };
-  // basic: the per-expert loop, same routing decisions (precomputed above), optx GEMMs.
+  // basic: the per-expert loop, same routing decisions (precomputed above), optx GEMMs;
+  // the elementwise steps (gather, SwiGLU, scatter-add, the final add) are vectorised
+  // basic ops run on all threads, as a framework's kernels are.
   std::vector<uint16_t> rows(static_cast<size_t>(T * kH)), hid(static_cast<size_t>(T * kIs)), y(static_cast<size_t>(T * kH));
   std::vector<float> gu(static_cast<size_t>(T * 2 * kIs)), acc(static_cast<size_t>(T * kH));
   std::vector<int64_t> tok(static_cast<size_t>(T));
   std::vector<float> tw(static_cast<size_t>(T));
   std::vector<uint8_t> gws(1 << 24);
+  const int th = ctx.threads;
   auto mlp = [&](int64_t n, const PackedMatrix& wgu, const PackedMatrix& wdn, int64_t I) {
     bench::check(gemm({.a = make_view(rows.data(), DType::kBF16, {n, kH}), .packed_b = &wgu, .c = make_view(gu.data(), DType::kF32, {n, 2 * I})},
                {gws.data(), gws.size()}));
+#pragma omp parallel for num_threads(th) schedule(static)
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < I; ++i) {
-        const float g = gu[size_t(r * 2 * I + i)], u = gu[size_t(r * 2 * I + I + i)];
-        hid[size_t(r * I + i)] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
-      }
+      bench::basic::silu_mul_f32_to_bf16(gu.data() + r * 2 * I, gu.data() + r * 2 * I + I, hid.data() + r * I, I);
     bench::check(gemm({.a = make_view(hid.data(), DType::kBF16, {n, I}), .packed_b = &wdn, .c = make_view(y.data(), DType::kBF16, {n, kH})},
                {gws.data(), gws.size()}));
   };
@@ -97,7 +99,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   auto basic_fn = [&] {
     const int s = bset++ % kSets;
     const uint16_t* xs = x[size_t(s)].data();
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::memset(acc.data(), 0, acc.size() * sizeof(float));
     for (int64_t e = 0; e < kE; ++e) {
       int64_t n = 0;
       for (int64_t t = 0; t < T; ++t)
@@ -105,17 +107,22 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
           if (ids[size_t(s)][size_t(t * kK + j)] == e) {
             tok[size_t(n)] = t;
             tw[size_t(n)] = wts[size_t(s)][size_t(t * kK + j)];
-            std::memcpy(rows.data() + n * kH, xs + t * kH, kH * 2);
             ++n;
           }
       if (n == 0) continue;
+#pragma omp parallel for num_threads(th) schedule(static) if (n > 8)
+      for (int64_t r = 0; r < n; ++r) std::memcpy(rows.data() + r * kH, xs + tok[size_t(r)] * kH, kH * 2);
       mlp(n, m.gate_up[e], m.down[e], kI);
+      // A token appears once per expert, so the rows of one expert never collide.
+#pragma omp parallel for num_threads(th) schedule(static) if (n > 8)
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t h = 0; h < kH; ++h) acc[size_t(tok[size_t(r)] * kH + h)] += tw[size_t(r)] * bf16_to_f32(y[size_t(r * kH + h)]);
+        bench::basic::axpy_bf16_f32(tw[size_t(r)], y.data() + r * kH, acc.data() + tok[size_t(r)] * kH, kH);
     }
     std::memcpy(rows.data(), xs, size_t(T * kH) * 2);
     mlp(T, m.sgu[0], m.sdn[0], kIs);
-    for (int64_t i = 0; i < T * kH; ++i) out[size_t(i)] = f32_to_bf16(acc[size_t(i)] + bf16_to_f32(y[size_t(i)]));
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      bench::basic::add_f32_bf16_to_bf16(acc.data() + t * kH, y.data() + t * kH, out.data() + t * kH, kH);
   };
   const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
