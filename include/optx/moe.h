@@ -112,10 +112,14 @@ Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace ws = {});
 
 // A whole DeepSeek MoE layer: gating -> routing -> grouped gate/up + SwiGLU -> grouped
 // down -> finalize, with the shared experts (one [2 I_s, H] gate/up and one [H, I_s]
-// down matrix, I_s = n_shared * I) computed as a dense SwiGLU MLP and added.
+// down matrix, I_s = n_shared * I) as one more group over all T rows in the same work
+// queues as the routed experts, added at finalize.
 struct MoeForwardParams {
   TensorView x;                     // [T, H] bf16 | f32
-  TensorView router;                // [E, H] f32 router weights (logits = x . router^T)
+  TensorView router;                // [E, H] f32 router weights (logits = x . router^T); or
+  const PackedMatrix* packed_router = nullptr;  // the same packed once with pack_weights
+                                    // (then router stays empty): the unpacked router is
+                                    // re-packed for every row chunk of every call
   TensorView bias;                  // [E] f32 selection bias; may be empty
   int64_t top_k = 6;
   MoeScore score = MoeScore::kSoftmax;

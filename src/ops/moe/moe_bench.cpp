@@ -24,7 +24,7 @@ namespace {
 constexpr int64_t kH = 2048, kE = 64, kI = 1408, kK = 6, kIs = 2816;
 
 struct Model {
-  PackedWeights gate_up, down, sgu, sdn;
+  PackedWeights gate_up, down, sgu, sdn, router_packed;
   std::vector<float> router, uniform_bias, zipf_bias;
   Model() {
     testing::Rng rng(7);
@@ -36,6 +36,7 @@ struct Model {
     bench::check(pack_weights({.w = make_view(w.data(), DType::kBF16, {kH, kIs})}, &sdn));
     router.resize(static_cast<size_t>(kE * kH));
     testing::fill_f32(router.data(), kE * kH, rng, -0.05f, 0.05f);
+    bench::check(pack_weights({.w = make_view(router.data(), DType::kF32, {kE, kH})}, &router_packed));
     uniform_bias.assign(static_cast<size_t>(kE), 0.0f);
     zipf_bias.resize(static_cast<size_t>(kE));
     for (int64_t e = 0; e < kE; ++e) zipf_bias[size_t(e)] = -0.02f * 1.2f * std::log(float(e + 1));
@@ -49,7 +50,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   for (auto& v : x) testing::fill_bf16(v.data(), T * kH, rng);
   std::vector<uint16_t> out(static_cast<size_t>(T * kH));
   const TensorView bias = make_view((zipf ? m.zipf_bias : m.uniform_bias).data(), DType::kF32, {kE});
-  MoeForwardParams p{.x = make_view(x[0].data(), DType::kBF16, {T, kH}), .router = make_view(m.router.data(), DType::kF32, {kE, kH}),
+  MoeForwardParams p{.x = make_view(x[0].data(), DType::kBF16, {T, kH}), .packed_router = &m.router_packed[0],
                      .bias = bias, .top_k = kK, .renormalize = false, .gate_up = &m.gate_up, .down = &m.down,
                      .shared_gate_up = &m.sgu, .shared_down = &m.sdn, .out = make_view(out.data(), DType::kBF16, {T, kH})};
   std::vector<uint8_t> ws(moe_forward_workspace_size(p));
@@ -60,7 +61,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   for (int s = 0; s < kSets; ++s) {
     std::vector<float> logits(static_cast<size_t>(T * kE)), xf(static_cast<size_t>(T * kH));
     for (int64_t i = 0; i < T * kH; ++i) xf[size_t(i)] = bf16_to_f32(x[size_t(s)][size_t(i)]);
-    GemmParams g{.a = make_view(xf.data(), DType::kF32, {T, kH}), .b = p.router, .c = make_view(logits.data(), DType::kF32, {T, kE})};
+    GemmParams g{.a = make_view(xf.data(), DType::kF32, {T, kH}), .b = make_view(m.router.data(), DType::kF32, {kE, kH}), .c = make_view(logits.data(), DType::kF32, {T, kE})};
     std::vector<uint8_t> gw(gemm_workspace_size(g));
     bench::check(gemm(g, {gw.data(), gw.size()}));
     bench::check(moe_gating_topk({.logits = make_view(logits.data(), DType::kF32, {T, kE}), .bias = bias,

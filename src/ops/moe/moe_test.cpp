@@ -417,11 +417,16 @@ TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
     }
 }
 
-// The whole layer against a double-precision evaluation of the same model.
+// The whole layer against a double-precision evaluation of the same model. I = 24 puts
+// SwiGLU through the buffered path, I = 64 (shared 128) into the GEMM epilogue; the router
+// goes unpacked, or packed once for odd T. Two threads: at T >= 7 the routed and shared
+// experts share one queue, at T = 1 the split schedule runs.
 TEST(MoeForward, MatchesDoubleCompositionOnSelectedIsa) {
+  set_num_threads(2);
   for (DType dt : {DType::kF32, DType::kBF16})
+    for (int64_t I : {24, 64})
     for (int64_t T : {0, 1, 7, 40, 1000}) {
-      const int64_t H = 48, E = 8, k = 3, I = 24, Is = 32;
+      const int64_t H = 48, E = 8, k = 3, Is = I == 24 ? 32 : 128;
       testing::Rng rng{uint64_t(T)};
       auto rnd = [&](size_t n, float a) {
         std::vector<float> v(n);
@@ -449,8 +454,17 @@ TEST(MoeForward, MatchesDoubleCompositionOnSelectedIsa) {
       MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = k,
                          .renormalize = true, .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Wsgu, .shared_down = &Wsdn,
                          .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
+      PackedWeights Wr;
+      if (T % 2) {
+        ASSERT_TRUE(pack_weights({.w = p.router}, &Wr).ok());
+        p.router = {};
+        p.packed_router = &Wr[0];
+      }
       std::vector<uint8_t> ws(moe_forward_workspace_size(p));
-      ASSERT_TRUE(moe_forward(p, {ws.data(), ws.size()}).ok());
+      {
+        const Status st = moe_forward(p, {ws.data(), ws.size()});
+        ASSERT_TRUE(st.ok()) << st.message();
+      }
       std::vector<double> got, ref;
       for (int64_t t = 0; t < T; ++t) {
         std::vector<double> logits(static_cast<size_t>(E));
@@ -490,8 +504,9 @@ TEST(MoeForward, MatchesDoubleCompositionOnSelectedIsa) {
       // bf16 rounds the intermediate h and y rows (as any bf16 pipeline does).
       const testing::Tolerance tol = dt == DType::kF32 ? testing::Tolerance{1e-4 * mx, 1e-4} : testing::Tolerance{2e-2 * mx, 2e-2};
       const auto c = testing::compare(got, ref, tol);
-      EXPECT_TRUE(c.pass) << dtype_name(dt) << " T=" << T << ": " << c.message;
+      EXPECT_TRUE(c.pass) << dtype_name(dt) << " I=" << I << " T=" << T << ": " << c.message;
     }
+  set_num_threads(0);
 }
 
 TEST(MoeBadInput, MessagesNameTheArgument) {
@@ -509,6 +524,23 @@ TEST(MoeBadInput, MessagesNameTheArgument) {
   EXPECT_NE(moe_compute_expert_tokens(make_view(bad.data(), DType::kI32, {2}), make_view(off.data(), DType::kI64, {4})).message().find(
                 "sorted_ids[1]=9"),
             std::string::npos);
+  // moe_forward: one router only, and its K must match x.
+  const int64_t T = 2, H = 4, E = 2, I = 2;
+  std::vector<float> x(T * H), router(E * H), gu(E * 2 * I * H), dn(E * H * I), out(T * H);
+  PackedWeights Wgu, Wdn, Wr, Wbad;
+  ASSERT_TRUE(pack_weights({.w = make_view(gu.data(), DType::kF32, {E, 2 * I, H})}, &Wgu).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(dn.data(), DType::kF32, {E, H, I})}, &Wdn).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(router.data(), DType::kF32, {E, H})}, &Wr).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(router.data(), DType::kF32, {E, H - 1})}, &Wbad).ok());
+  MoeForwardParams f{.x = make_view(x.data(), DType::kF32, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}),
+                     .packed_router = &Wr[0], .top_k = 1, .gate_up = &Wgu, .down = &Wdn, .out = make_view(out.data(), DType::kF32, {T, H})};
+  std::vector<uint8_t> ws(1 << 20);
+  EXPECT_NE(moe_forward(f, {ws.data(), ws.size()}).message().find("both router and packed_router"), std::string::npos);
+  f.router = {};
+  f.packed_router = &Wbad[0];
+  EXPECT_NE(moe_forward(f, {ws.data(), ws.size()}).message().find("packed_router has K=3 but x has H=4"), std::string::npos);
+  f.packed_router = &Wr[0];
+  EXPECT_TRUE(moe_forward(f, {ws.data(), moe_forward_workspace_size(f)}).ok());
 }
 
 }  // namespace

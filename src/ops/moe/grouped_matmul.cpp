@@ -1,0 +1,334 @@
+// Grouped GEMMs: optx::gemm on each group's row slice with its packed expert matrix,
+// scheduled either split (few groups: each GEMM across all threads) or from one shared
+// queue of work items (many groups), optionally over several weight sets at once.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "numerics/quant_i8.h"
+#include "ops/moe/moe_internal.h"
+
+namespace optx {
+namespace moe_detail {
+namespace {
+
+// Below this many non-empty groups per thread, LPT over whole groups leaves threads idle
+// at the tail; splitting each GEMM across the threads is the better schedule.
+constexpr int kQueueItemsPerThread = 2;
+// Row tiles of a hot group stay this tall: full AMX blocks, and weights re-streamed per
+// tile stay cheap next to the tile's FLOPs.
+constexpr int64_t kMinTileRows = 128;
+// Cost model for ordering and cutting items: a row costs N * K multiply-adds, and
+// streaming the N x K weights once costs about what this many rows do (a memory-bound
+// decode item is not free: 2 bytes per weight at ~15 GB/s per core against AMX rates).
+constexpr double kStreamRows = 16;
+
+Status check_groups(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, bool counts,
+                    int64_t N_expected_cols, int64_t* total, int64_t* nonempty) {
+  OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true));
+  if (!w || w->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  const int64_t E = w->count();
+  OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64));
+  const int64_t* o = static_cast<const int64_t*>(offs.data);
+  int64_t prev = 0, filled = 0;
+  for (int64_t g = 0; g < E; ++g) {
+    const int64_t end = counts ? prev + o[g] : o[g];
+    filled += end > prev;
+    if (end < prev || end > x.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "] gives rows up to ", end, " (previous ", prev,
+                   "), beyond x's ", x.sizes[0], " rows or decreasing");
+    if ((*w)[g].k != x.sizes[1])
+      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has K=", (*w)[g].k, " but x.sizes[1]=", x.sizes[1]);
+    if ((*w)[g].n != N_expected_cols)
+      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", N_expected_cols);
+    prev = end;
+  }
+  *total = prev;
+  *nonempty = filled;
+  return Status::Ok();
+}
+
+// One grouped GEMM of a schedule: x's rows sorted by group, group g's rows times w[g]
+// into the same rows of out, with a fused activation.
+struct Job {
+  TensorView x;
+  const PackedWeights* w = nullptr;
+  const int64_t* offs = nullptr;
+  bool counts = false;
+  TensorView out;
+  GemmActivation act = GemmActivation::kNone;
+  int64_t nonempty = 0;
+};
+
+GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
+  const int64_t K = j.x.sizes[1], N = j.out.sizes[1];
+  // Sizing calls pass views without data: any non-null address keeps gemm's checks quiet.
+  const auto* xb = static_cast<const uint8_t*>(j.x.data ? j.x.data : reinterpret_cast<void*>(64));
+  auto* ob = static_cast<uint8_t*>(j.out.data ? j.out.data : reinterpret_cast<void*>(64));
+  return {.a = make_view(const_cast<uint8_t*>(xb) + size_t(begin * K) * dtype_size(j.x.dtype), j.x.dtype, {end - begin, K}),
+          .packed_b = &(*j.w)[g],
+          .c = make_view(ob + size_t(begin * N) * dtype_size(j.out.dtype), j.out.dtype, {end - begin, N}),
+          .activation = j.act};
+}
+
+// gemm sizes its buffers for its row-chunk cap, so its workspace grows monotonically with
+// M and all of x's rows bound every item. split: one GEMM on all threads; queue: one
+// serial GEMM workspace per thread, each aligned.
+size_t split_ws(std::span<const Job> jobs) {
+  size_t s = 0;
+  for (const Job& j : jobs)
+    if (j.x.sizes[0] > 0) s = std::max(s, gemm_workspace_size(item_gemm(j, 0, 0, j.x.sizes[0])));
+  return s;
+}
+size_t queue_slice(std::span<const Job> jobs) {
+  ThreadScope serial(1);
+  return align_up(split_ws(jobs) + kAlign);
+}
+size_t jobs_ws(std::span<const Job> jobs) { return std::max(split_ws(jobs), size_t(num_threads()) * queue_slice(jobs)); }
+
+// Runs the jobs' GEMMs, then after(job, begin, end) on the same thread for each finished
+// item (an epilogue over whole rows, e.g. per-token quantisation, while they are in cache).
+//
+// Few non-empty groups (decode): each GEMM in turn, split across all threads by the GEMM
+// itself (each thread streams its own run of weight columns). Many: a shared queue,
+// costliest item first (LPT), each GEMM serial on the thread that took it — no fork/join
+// or A re-pack per group, and a thread never waits while items remain. A hot group would
+// set the tail on its own, so groups above a fair share of the cost are cut into row
+// tiles (each re-streams its weights, cheap next to its FLOPs at >= kMinTileRows rows).
+template <class After>
+Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, After&& after) {
+  struct Item {
+    size_t job;
+    int64_t g, begin, end;
+    double cost;
+  };
+  const int nt = num_threads();
+  int64_t nonempty = 0;
+  for (const Job& j : jobs) nonempty += j.nonempty;
+  const bool queue = nt > 1 && nonempty >= int64_t(kQueueItemsPerThread) * nt;
+  std::vector<Item> items;
+  double total_cost = 0;
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    const Job& j = jobs[ji];
+    for (int64_t g = 0, begin = 0; g < j.w->count(); ++g) {
+      const int64_t end = j.counts ? begin + j.offs[g] : j.offs[g];
+      if (end > begin) {  // empty groups: no item
+        const double cost = double((*j.w)[g].n) * double((*j.w)[g].k) * (double(end - begin) + kStreamRows);
+        items.push_back({ji, g, begin, end, cost});
+        total_cost += cost;
+      }
+      begin = end;
+    }
+  }
+  if (queue) {
+    const double fair = total_cost / (4.0 * nt);
+    std::vector<Item> cut;
+    for (const Item& it : items) {
+      const int64_t n = it.end - it.begin;
+      const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(int64_t(std::ceil(it.cost / fair)), n / kMinTileRows));
+      for (int64_t q = 0; q < pieces; ++q) {
+        const int64_t b = it.begin + n * q / pieces, e = it.begin + n * (q + 1) / pieces;
+        cut.push_back({it.job, it.g, b, e, it.cost * double(e - b + kStreamRows) / double(n + kStreamRows)});
+      }
+    }
+    items = std::move(cut);
+    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  }
+  auto run = [&](const Item& it, Workspace wsi) {
+    OPTX_RETURN_IF_ERROR(gemm(item_gemm(jobs[it.job], it.g, it.begin, it.end), wsi));
+    after(it.job, it.begin, it.end);
+    return Status::Ok();
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<double> busy(size_t(nt), 0.0);
+  auto account = [&] {
+    if (!stats) return;
+    stats->wall_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (stats->busy_s.size() < size_t(nt)) stats->busy_s.resize(size_t(nt), 0.0);
+    for (int t = 0; t < nt; ++t) stats->busy_s[size_t(t)] += busy[size_t(t)];
+  };
+  if (!queue) {
+    for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
+    std::fill(busy.begin(), busy.end(), std::chrono::duration<double>(Clock::now() - t0).count());
+    account();
+    return Status::Ok();
+  }
+  const size_t slice = queue_slice(jobs);
+  if (ws.bytes < slice * size_t(nt) || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the expert queue needs ", slice * size_t(nt));
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  Status first_error = Status::Ok();
+#pragma omp parallel num_threads(nt)
+  {
+    ThreadScope serial(1);
+    const int t = omp_get_thread_num();
+    Workspace mine{static_cast<uint8_t*>(ws.data) + size_t(t) * slice, slice};
+    const auto start = Clock::now();
+    for (size_t i = next++; i < items.size() && !failed.load(std::memory_order_relaxed); i = next++) {
+      Status st = run(items[i], mine);
+      if (!st.ok() && !failed.exchange(true)) first_error = std::move(st);
+    }
+    busy[size_t(t)] = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  account();
+  return first_error;
+}
+
+// Row loops inside an item's epilogue: parallel when called outside the queue (split
+// schedule), serial on the item's thread inside it.
+template <class F>
+void for_rows(int64_t begin, int64_t end, F&& f) {
+  const int nt = omp_in_parallel() ? 1 : num_threads();
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && end - begin > 16)
+  for (int64_t r = begin; r < end; ++r) f(r);
+}
+
+Job plain_job(const GroupedMatmulParams& p) {
+  return {.x = p.x, .w = p.weights, .offs = static_cast<const int64_t*>(p.group_offsets.data),
+          .counts = p.offsets_are_counts, .out = p.out};
+}
+
+// grouped_matmul_swiglu per part: SwiGLU runs in the GEMM's registers when the up half
+// starts on a panel boundary (I % 64 == 0, every DeepSeek width); otherwise the
+// [gate | up] rows go through an f32 buffer and each item applies SwiGLU to its rows
+// right after its GEMM. i8 output also goes through the buffer (I columns), quantised
+// per row by the item.
+struct SwigluPart {
+  Job job;
+  int64_t I = 0;
+  bool fused = true;
+  int64_t buf_cols = 0;  // 0, I or 2I
+  size_t buf_bytes = 0;
+  float* buf = nullptr;
+  TensorView out, out_scales;
+};
+
+SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
+  SwigluPart s;
+  const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
+  s.I = N2 / 2;
+  s.fused = s.I % PackedMatrix::kPanel == 0;
+  s.buf_cols = !s.fused ? N2 : p.out.dtype == DType::kI8 ? s.I : 0;
+  s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
+  s.out = p.out;
+  s.out_scales = p.out_scales;
+  s.job = {.x = p.x, .w = p.weights, .offs = static_cast<const int64_t*>(p.group_offsets.data),
+           .out = s.buf_cols ? make_view(nullptr, DType::kF32, {M, s.buf_cols}) : make_view(p.out.data, p.out.dtype, {M, s.I}),
+           .act = s.fused ? GemmActivation::kSwiglu : GemmActivation::kNone};
+  return s;
+}
+
+void swiglu_rows(const SwigluPart& s, int64_t begin, int64_t end) {
+  if (!s.buf_cols) return;
+  const int64_t I = s.I;
+  const bool quant = s.out.dtype == DType::kI8;
+  for_rows(begin, end, [&](int64_t r) {
+    float* g = s.buf + r * s.buf_cols;
+    if (!s.fused) {
+      for (int64_t i = 0; i < I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];  // in place over gate
+      if (!quant) {
+        for (int64_t i = 0; i < I; ++i) {
+          if (s.out.dtype == DType::kBF16) static_cast<uint16_t*>(s.out.data)[r * I + i] = f32_to_bf16(g[i]);
+          else static_cast<float*>(s.out.data)[r * I + i] = g[i];
+        }
+        return;
+      }
+    }
+    numerics::quantize_row_i8(g, I, static_cast<int8_t*>(s.out.data) + r * I, static_cast<float*>(s.out_scales.data) + r);
+  });
+}
+
+}  // namespace
+
+size_t grouped_matmul_workspace_size(std::span<const GroupedMatmulParams> parts) {
+  std::vector<Job> jobs;
+  for (const GroupedMatmulParams& p : parts) {
+    if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+    Job j = plain_job(p);
+    j.out = make_view(nullptr, p.out.dtype, {p.x.sizes[0], (*p.weights)[0].n});
+    jobs.push_back(j);
+  }
+  return jobs_ws(jobs);
+}
+
+Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats* stats, Workspace ws) {
+  constexpr const char* op = "grouped_matmul";
+  std::vector<Job> jobs;
+  for (const GroupedMatmulParams& p : parts) {
+    if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+    Job j = plain_job(p);
+    int64_t total = 0;
+    OPTX_RETURN_IF_ERROR(
+        check_groups(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total, &j.nonempty));
+    OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
+    jobs.push_back(j);
+  }
+  return run_jobs(op, jobs, stats, ws, [](size_t, int64_t, int64_t) {});
+}
+
+size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
+  std::vector<Job> jobs;
+  size_t bufs = 0;
+  for (const GroupedMatmulSwigluParams& p : parts) {
+    if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+    const SwigluPart s = swiglu_part(p);
+    bufs += s.buf_bytes;
+    jobs.push_back(s.job);
+  }
+  return kAlign + bufs + jobs_ws(jobs);  // + aligning the base
+}
+
+Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, ScheduleStats* stats, Workspace ws) {
+  constexpr const char* op = "grouped_matmul_swiglu";
+  for (const GroupedMatmulSwigluParams& p : parts) {
+    if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+    const int64_t N2 = (*p.weights)[0].n;
+    if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
+    const bool quant = p.out.dtype == DType::kI8;
+    OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], N2 / 2, !quant));
+    if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.out_scales, "out_scales", p.x.sizes[0], DType::kF32));
+    else if (!p.out_scales.empty())
+      return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
+  }
+  const size_t need = grouped_matmul_swiglu_workspace_size(parts);
+  if (ws.bytes < need || !ws.data)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
+  // [aligned f32 buffers of the parts that need one][the GEMMs' workspace]
+  uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  std::vector<SwigluPart> sp;
+  std::vector<Job> jobs;
+  for (const GroupedMatmulSwigluParams& p : parts) {
+    SwigluPart s = swiglu_part(p);
+    int64_t total = 0;
+    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, 2 * s.I, &total, &s.job.nonempty));
+    if (s.buf_cols) {
+      s.buf = reinterpret_cast<float*>(at);
+      s.job.out.data = s.buf;
+      at += s.buf_bytes;
+    }
+    jobs.push_back(s.job);
+    sp.push_back(s);
+  }
+  const size_t used = size_t(at - static_cast<uint8_t*>(ws.data));
+  return run_jobs(op, jobs, stats, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used},
+                  [&](size_t j, int64_t begin, int64_t end) { swiglu_rows(sp[j], begin, end); });
+}
+
+}  // namespace moe_detail
+
+size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) { return moe_detail::grouped_matmul_workspace_size({&p, 1}); }
+Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws) { return moe_detail::grouped_matmul({&p, 1}, p.stats, ws); }
+size_t grouped_matmul_swiglu_workspace_size(const GroupedMatmulSwigluParams& p) {
+  return moe_detail::grouped_matmul_swiglu_workspace_size({&p, 1});
+}
+Status grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, Workspace ws) {
+  return moe_detail::grouped_matmul_swiglu({&p, 1}, p.stats, ws);
+}
+
+}  // namespace optx
