@@ -35,6 +35,18 @@ struct MoeGatingParams {
 };
 Status moe_gating_topk(const MoeGatingParams& p, Workspace ws = {});
 
+// The Mixtral / Qwen-MoE router (ops-transformer's moe_gating_top_k_softmax): softmax over
+// the experts, the k largest (ties to the lower id), optionally renormalised to sum 1; or
+// with topk_then_softmax, the k largest logits and a softmax over those k alone.
+struct MoeGatingSoftmaxParams {
+  TensorView logits;        // [T, E] f32 | bf16
+  TensorView topk_ids;      // [T, k] i32 (output)
+  TensorView topk_weights;  // [T, k] f32 (output)
+  bool renormalize = false;
+  bool topk_then_softmax = false;
+};
+Status moe_gating_topk_softmax(const MoeGatingSoftmaxParams& p, Workspace ws = {});
+
 // Routing: (token, slot) pairs sorted by expert, stable (token order within an expert).
 //   sorted_rows[i]  = x[row_map[i] / k]            (gathered activations, expert order)
 //   row_map[i]      = t * k + j of sorted row i

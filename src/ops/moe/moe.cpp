@@ -43,7 +43,7 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
 
 std::string generic_impl() { return "generic"; }
 [[maybe_unused]] const bool registered = [] {
-  for (const char* op : {"moe_gating_topk", "moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing",
+  for (const char* op : {"moe_gating_topk", "moe_gating_topk_softmax", "moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing",
                          "moe_forward"})
     dispatch::register_op(op, generic_impl);
   return true;
@@ -52,8 +52,8 @@ std::string generic_impl() { return "generic"; }
 }  // namespace
 
 // ---- gating --------------------------------------------------------------------------------
-Status moe_gating_topk(const MoeGatingParams& p, Workspace) {
-  constexpr const char* op = "moe_gating_topk";
+namespace {
+Status gating(const char* op, const MoeGatingParams& p) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.logits, "logits", -1, -1, true));
   const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1];
   if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": experts E=", E, " must be in [1, ", kMaxExperts, "]");
@@ -129,6 +129,14 @@ Status moe_gating_topk(const MoeGatingParams& p, Workspace) {
     for (int64_t j = 0; j < k; ++j) w[j] *= scale;
   }
   return Status::Ok();
+}
+}  // namespace
+
+Status moe_gating_topk(const MoeGatingParams& p, Workspace) { return gating("moe_gating_topk", p); }
+
+Status moe_gating_topk_softmax(const MoeGatingSoftmaxParams& p, Workspace) {
+  return gating("moe_gating_topk_softmax", {.logits = p.logits, .topk_ids = p.topk_ids, .topk_weights = p.topk_weights,
+                                            .renormalize = p.renormalize, .topk_then_softmax = p.topk_then_softmax});
 }
 
 // ---- routing -------------------------------------------------------------------------------

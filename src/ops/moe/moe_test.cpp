@@ -61,6 +61,50 @@ TEST(MoeGating, MatchesReference) {
     }
 }
 
+// The softmax router entry point (bf16 logits too) against the same reference, and its
+// errors name it.
+TEST(MoeGating, TopkSoftmaxMatchesReference) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (bool renorm : {false, true})
+      for (bool tks : {false, true}) {
+        const int64_t T = 37, E = 60, k = 4;
+        testing::Rng rng{uint64_t(renorm * 2 + tks)};
+        std::vector<float> logits(static_cast<size_t>(T * E));
+        std::vector<uint16_t> lb(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i) {
+          lb[i] = f32_to_bf16(rng.uniform(-4, 4));
+          logits[i] = bf16_to_f32(lb[i]);  // the same values in either dtype
+        }
+        std::vector<int32_t> ids(size_t(T * k), -7);
+        std::vector<float> w(size_t(T * k), NAN);
+        const MoeGatingSoftmaxParams p{
+            .logits = make_view(dt == DType::kF32 ? static_cast<void*>(logits.data()) : lb.data(), dt, {T, E}),
+            .topk_ids = make_view(ids.data(), DType::kI32, {T, k}), .topk_weights = make_view(w.data(), DType::kF32, {T, k}),
+            .renormalize = renorm, .topk_then_softmax = tks};
+        ASSERT_TRUE(moe_gating_topk_softmax(p).ok());
+        MoeGatingParams rp;
+        rp.renormalize = renorm;
+        rp.topk_then_softmax = tks;
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<double> l(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+          std::vector<int> rid;
+          std::vector<double> rw;
+          gating_ref(l, {}, rp, k, rid, rw);
+          for (int64_t j = 0; j < k; ++j) {
+            ASSERT_EQ(ids[size_t(t * k + j)], rid[size_t(j)]) << dtype_name(dt) << " t=" << t << " j=" << j;
+            EXPECT_NEAR(w[size_t(t * k + j)], rw[size_t(j)], 1e-5 * std::max(1.0, rw[size_t(j)]));
+          }
+        }
+      }
+  std::vector<float> logits(8);
+  std::vector<int32_t> ids(9);
+  std::vector<float> w(9);
+  const Status st = moe_gating_topk_softmax({.logits = make_view(logits.data(), DType::kF32, {1, 8}),
+                                             .topk_ids = make_view(ids.data(), DType::kI32, {1, 9}),
+                                             .topk_weights = make_view(w.data(), DType::kF32, {1, 9})});
+  EXPECT_NE(st.message().find("moe_gating_topk_softmax: top-k=9"), std::string::npos) << st.message();
+}
+
 TEST(MoeGating, TiesBreakToLowerExpertId) {
   std::vector<float> logits = {1, 3, 3, 0, 3, 2};  // experts 1, 2, 4 tie
   std::vector<int32_t> ids(2);

@@ -20,11 +20,14 @@ void verify_gating(std::vector<verify::Record>& out) {
     MoeGroupScore gs;
     bool bias, renorm;
     float scaling;
+    bool tks = false, softmax_api = false;  // top-k then softmax; via moe_gating_topk_softmax
   };
   const C cases[] = {{"softmax E=64 k=6", MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
                      {"softmax E=160 k=6 groups=8/3 max", MoeScore::kSoftmax, 160, 6, 8, 3, MoeGroupScore::kMax, false, false, 16.0f},
                      {"sigmoid E=256 k=8 groups=8/4 top2 bias renorm", MoeScore::kSigmoid, 256, 8, 8, 4, MoeGroupScore::kTop2Sum, true, true, 2.5f},
-                     {"sqrt_softplus E=64 k=6 bias renorm", MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, 1.5f}};
+                     {"sqrt_softplus E=64 k=6 bias renorm", MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, 1.5f},
+                     {"E=8 k=2 renorm", MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, 1.0f, false, true},
+                     {"E=60 k=4 topk_then_softmax", MoeScore::kSoftmax, 60, 4, 1, 1, MoeGroupScore::kMax, false, false, 1.0f, true, true}};
   for (const C& c : cases) {
     const int64_t T = 300;
     testing::Rng rng(uint64_t(c.E));
@@ -37,8 +40,10 @@ void verify_gating(std::vector<verify::Record>& out) {
                       .bias = c.bias ? make_view(bias.data(), DType::kF32, {c.E}) : TensorView{},
                       .topk_ids = make_view(ids.data(), DType::kI32, {T, c.k}), .topk_weights = make_view(w.data(), DType::kF32, {T, c.k}),
                       .score = c.score, .n_group = c.ng, .topk_group = c.tg, .group_score = c.gs, .renormalize = c.renorm,
-                      .routed_scaling_factor = c.scaling};
-    const Status st = moe_gating_topk(p);
+                      .topk_then_softmax = c.tks, .routed_scaling_factor = c.scaling};
+    const Status st = c.softmax_api ? moe_gating_topk_softmax({.logits = p.logits, .topk_ids = p.topk_ids, .topk_weights = p.topk_weights,
+                                                               .renormalize = c.renorm, .topk_then_softmax = c.tks})
+                                    : moe_gating_topk(p);
     std::vector<double> got, ref;
     bool ids_ok = true;
     int64_t bad = -1;
@@ -56,7 +61,8 @@ void verify_gating(std::vector<verify::Record>& out) {
     }
     testing::CompareResult cmp = testing::compare(got, ref, {1e-6, 1e-5});
     if (!ids_ok) cmp.pass = false, cmp.worst_index = bad, cmp.message = "expert ids differ from the reference";
-    out.push_back(verify::make_record("moe_gating_topk", "generic", std::string("T=300 ") + c.name, st, cmp));
+    out.push_back(verify::make_record(c.softmax_api ? "moe_gating_topk_softmax" : "moe_gating_topk", "generic",
+                                      std::string("T=300 ") + c.name, st, cmp));
   }
 }
 
