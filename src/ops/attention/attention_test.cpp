@@ -91,7 +91,11 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
         for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 8, 8, 64, std::vector<int32_t>{1}},
                                                {2, 1, 8, 2, 128, std::vector<int32_t>{37, 300}},
                                                {3, 3, 12, 4, 80, std::vector<int32_t>{3, 64, 129}},
-                                               {1, 8, 4, 1, 96, std::vector<int32_t>{200}}}) {
+                                               {1, 8, 4, 1, 96, std::vector<int32_t>{200}},
+                                               // 8 and 6 rows per job: the few-row decode kernel
+                                               // (causal among 2 positions; Dv in 32-column passes)
+                                               {1, 2, 8, 2, 64, std::vector<int32_t>{90}},
+                                               {2, 1, 6, 1, 192, std::vector<int32_t>{5, 260}}}) {
           DecodeCase c;
           c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
           const auto o = testutil::run_decode(*impl, c, uint64_t(D + B));
