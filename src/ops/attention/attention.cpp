@@ -299,6 +299,9 @@ struct DecodeJobs {
   Config cfg;
   int64_t B = 0, Sq = 0, Nq = 0, Nkv = 0, G = 0, heads_per_job = 1, q_per_job = 1, head_chunks = 1, q_tiles = 1;
   int64_t splits = 1;
+  // One job per (sequence, split) over every KV head (Job::groups), for kernels that take
+  // such jobs: each job then reads whole cache rows in address order.
+  bool all_heads = false;
   const TensorView* q = nullptr;
   const TensorView* out = nullptr;
   const TensorView* lse = nullptr;
@@ -310,7 +313,13 @@ struct DecodeJobs {
   const int32_t* seq_lens = nullptr;
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
   int64_t rows_total() const { return B * Sq * Nq; }
-  int64_t per_seq() const { return Nkv * head_chunks * q_tiles * splits; }
+  int64_t per_seq() const { return all_heads ? splits : Nkv * head_chunks * q_tiles * splits; }
+  // Whether all_heads jobs fit: bf16 head dims the fast kernel takes, every row of a
+  // sequence in one job, at most 8 rows per KV head, slices of adjacent heads adjacent.
+  bool all_heads_fit() const {
+    return cfg.bf16 && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= kMaxRows &&
+           G * Sq <= 8 && k_hs == cfg.D && v_hs == cfg.Dv;
+  }
   int64_t total() const { return B * per_seq(); }
   int64_t row_id(int64_t b, int64_t i, int64_t h) const { return (b * Sq + i) * Nq + h; }
   float* part_of(int64_t row, int64_t sp) const { return part + (row * splits + sp) * (cfg.Dv + 1); }
@@ -318,6 +327,7 @@ struct DecodeJobs {
   void make(int64_t idx, Job& job) const {
     const int64_t b = idx / per_seq();
     idx %= per_seq();
+    if (all_heads) return make_all_heads(b, idx, job);
     const int64_t per_head = head_chunks * q_tiles * splits;
     const int64_t kvh = idx / per_head;
     const Tile t = tile_of(idx % per_head, head_chunks, q_tiles, splits);
@@ -346,6 +356,41 @@ struct DecodeJobs {
         r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
         if (splits > 1) {
           float* pp = part_of(row_id(b, i, h), t.sp);
+          r.part_out = pp;
+          r.lse = pp + cfg.Dv;
+        } else {
+          r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
+          if (!lse->empty())
+            r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
+        }
+      }
+  }
+
+  void make_all_heads(int64_t b, int64_t sp, Job& job) const {
+    const int64_t L = seq_lens[b];
+    const size_t es = cfg.bf16 ? 2 : 4;
+    job.kv = KvView{};
+    job.kv.k = k;
+    job.kv.v = v;
+    job.kv.k_rs = k_rs;
+    job.kv.v_rs = v_rs;
+    job.kv.table = tables + b * table_stride;
+    job.kv.block_size = block_size;
+    const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
+    job.kv_begin = std::min(L, nblk * sp / splits * kKvBlock);
+    job.kv_end = std::min(L, nblk * (sp + 1) / splits * kKvBlock);
+    job.offset = L - Sq;
+    job.groups = int(Nkv);
+    job.k_goff = k_hs, job.v_goff = v_hs;
+    job.nrows = 0;
+    for (int64_t h = 0; h < Nq; ++h)  // heads of KV head g are g*G .. g*G+G-1: runs by group
+      for (int64_t i = 0; i < Sq; ++i) {
+        Row& r = job.rows[job.nrows++];
+        r = Row{};
+        r.qpos = i;
+        r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
+        if (splits > 1) {
+          float* pp = part_of(row_id(b, i, h), sp);
           r.part_out = pp;
           r.lse = pp + cfg.Dv;
         } else {
@@ -397,7 +442,7 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
 
 // Splits the KV axis when there are fewer jobs than threads, so every core streams.
 int64_t decode_splits(const DecodeJobs& d) {
-  const int64_t jobs = d.B * d.Nkv * d.head_chunks * d.q_tiles;
+  const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
   if (jobs >= T) return 1;
   int64_t max_len = 0;
@@ -406,9 +451,17 @@ int64_t decode_splits(const DecodeJobs& d) {
   return std::max<int64_t>(1, std::min<int64_t>({(T + jobs - 1) / jobs, blocks, int64_t(64)}));
 }
 
+// Sized for the larger split count of the two job shapes: the workspace query does not
+// know which kernel will run.
 size_t decode_workspace(const DecodeJobs& d) {
   size_t bytes = scratch_bytes(d.cfg.D, d.cfg.Dv) * size_t(num_threads()) + kAlign;
-  if (d.splits > 1) bytes += align_up(size_t(d.rows_total() * d.splits * (d.cfg.Dv + 1)) * sizeof(float));
+  int64_t splits = d.splits;
+  if (d.B > 0 && d.all_heads_fit()) {
+    DecodeJobs a = d;
+    a.all_heads = true;
+    splits = std::max(splits, decode_splits(a));
+  }
+  if (splits > 1) bytes += align_up(size_t(d.rows_total() * splits * (d.cfg.Dv + 1)) * sizeof(float));
   return bytes;
 }
 
@@ -447,6 +500,10 @@ void merge_rows(const DecodeJobs& d) {
 
 Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op) {
   const size_t need = decode_workspace(d);
+  if (k.multi_group && d.B > 0 && d.all_heads_fit()) {
+    d.all_heads = true;
+    d.splits = decode_splits(d);
+  }
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the op needs ", need, " (at ", num_threads(),
                  " threads)");

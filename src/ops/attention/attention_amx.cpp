@@ -59,7 +59,7 @@ OPTX_ALWAYS_INLINE void interleave(const uint16_t* a, const uint16_t* b, int64_t
 }
 
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j) || j.nrows <= kDecodeRows) return run_job_bf16(c, j, scratch);
+  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   const bool two = R > 16;  // second column tile of rows
   const int64_t D = c.D, Dv = c.Dv;
@@ -228,7 +228,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
 
 namespace optx::attn_detail {
 const Kernels& kernels_amx() {
-  static const Kernels k{amx::run_job_amx};
+  static const Kernels k{amx::run_job_amx, true};
   return k;
 }
 }  // namespace optx::attn_detail

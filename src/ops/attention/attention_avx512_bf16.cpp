@@ -14,7 +14,7 @@ using simd_type = simd::Avx512Bf16;
 
 namespace optx::attn_detail {
 const Kernels& kernels_avx512_bf16() {
-  static const Kernels k{avx512_bf16::run_job_bf16};
+  static const Kernels k{avx512_bf16::run_job_bf16, true};
   return k;
 }
 }  // namespace optx::attn_detail

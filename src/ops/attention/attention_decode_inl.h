@@ -69,14 +69,16 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   constexpr int64_t kBlock = 64, kPrefetchKeys = 16;
   constexpr int kCh = R <= 4 ? 64 : 32;  // accumulator columns per pass: R * kCh / 16 <= 16 zmm
   const int64_t D = c.D, Dv = c.Dv;
-  float* o = scratch;  // [R][Dv]
-  std::memset(o, 0, sizeof(float) * size_t(R * Dv));
-  alignas(64) float S[R][kBlock];
-  float mrow[R], lrow[R];
-  int64_t vlo[R], vhi[R];  // each row's visible key range
-  const uint16_t* q[R];
+  // j.groups KV heads of R rows each (rows g*R .. g*R+R-1 read slice g of each cache row).
+  const int G = j.groups, NR = G * R;
+  float* o = scratch;  // [NR][Dv]
+  std::memset(o, 0, sizeof(float) * size_t(NR * Dv));
+  alignas(64) float S[kMaxRows][kBlock];
+  float mrow[kMaxRows], lrow[kMaxRows];
+  int64_t vlo[kMaxRows], vhi[kMaxRows];  // each row's visible key range
+  const uint16_t* q[kMaxRows];
   int64_t lo = j.kv_begin, hi = j.kv_end, top = INT64_MIN, bottom = INT64_MAX;
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < NR; ++r) {
     mrow[r] = -INFINITY, lrow[r] = 0.0f;
     q[r] = static_cast<const uint16_t*>(j.rows[r].q);
     const int64_t d = j.rows[r].qpos + j.offset;
@@ -88,7 +90,9 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   hi = std::min(hi, top), lo = std::max(lo, bottom);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
-  const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
+  // With several heads the prefetch covers every head's slice, i.e. whole rows in address
+  // order, which the L2 streamer then follows.
+  const int64_t k_lines = ((G - 1) * j.k_goff * 2 + D * 2 + 63) / 64, v_lines = ((G - 1) * j.v_goff * 2 + Dv * 2 + 63) / 64;
   if (lo < hi) j.kv.rows(lo, std::min(kBlock, hi - lo), true, kp, vp);
   for (int64_t kb = lo; kb < hi; kb += kBlock) {
     const int64_t n = std::min(kBlock, hi - kb);
@@ -102,17 +106,20 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         if (pv != pk)
           for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
       }
-      const uint16_t* k = static_cast<const uint16_t*>(kp[jj]);
-      __m512 a[R];
-      for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
-      for (int64_t d = 0; d < D; d += 32) {
-        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + d);
-        for (int r = 0; r < R; ++r) a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_loadu_si512(q[r] + d), kv);
+      for (int g = 0; g < G; ++g) {
+        const uint16_t* k = static_cast<const uint16_t*>(kp[jj]) + g * j.k_goff;
+        const uint16_t* const* qg = q + g * R;
+        __m512 a[R];
+        for (int r = 0; r < R; ++r) a[r] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 32) {
+          const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + d);
+          for (int r = 0; r < R; ++r) a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_loadu_si512(qg[r] + d), kv);
+        }
+        for (int r = 0; r < R; ++r) S[g * R + r][jj] = _mm512_reduce_add_ps(a[r]) * c.scale;
       }
-      for (int r = 0; r < R; ++r) S[r][jj] = _mm512_reduce_add_ps(a[r]) * c.scale;
     }
     bool any = false;
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < NR; ++r) {
       float* s = S[r];
       if (kb < vlo[r] || kb + n > vhi[r])
         for (int64_t jj = 0; jj < n; ++jj)
@@ -143,26 +150,28 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       st.l += _mm512_reduce_add_ps(sum);
       mrow[r] = st.m, lrow[r] = st.l;
     }
-    if (any) {
+    for (int g = 0; any && g < G; ++g) {
+      float* og = o + g * R * Dv;
+      const float(*Sg)[kBlock] = S + g * R;
       for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
         constexpr int kV = kCh / 16;
         const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);  // Dv % 32 == 0: 2 or kV
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
-          for (int v = 0; v < kV; ++v) acc[r][v] = v < nv ? _mm512_loadu_ps(o + r * Dv + d0 + 16 * v) : _mm512_setzero_ps();
+          for (int v = 0; v < kV; ++v) acc[r][v] = v < nv ? _mm512_loadu_ps(og + r * Dv + d0 + 16 * v) : _mm512_setzero_ps();
         for (int64_t jj = 0; jj < n; ++jj) {
-          const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + d0;
+          const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; ++v)
             vv[v] = v < nv ? _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + 16 * v)))
                            : _mm512_setzero_ps();
           for (int r = 0; r < R; ++r) {
-            const __m512 pr = _mm512_set1_ps(S[r][jj]);
+            const __m512 pr = _mm512_set1_ps(Sg[r][jj]);
             for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_fmadd_ps(pr, vv[v], acc[r][v]);
           }
         }
         for (int r = 0; r < R; ++r)
-          for (int v = 0; v < nv; ++v) _mm512_storeu_ps(o + r * Dv + d0 + 16 * v, acc[r][v]);
+          for (int v = 0; v < nv; ++v) _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, acc[r][v]);
       }
     }
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
@@ -172,7 +181,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 }
 
 void run_decode(const Config& c, const Job& j, float* scratch) {
-  switch (j.nrows) {
+  switch (j.nrows / j.groups) {
     case 1: return run_job_decode<1>(c, j, scratch);
     case 2: return run_job_decode<2>(c, j, scratch);
     case 3: return run_job_decode<3>(c, j, scratch);
@@ -186,7 +195,7 @@ void run_decode(const Config& c, const Job& j, float* scratch) {
 
 // The bf16 few-row fast path where it applies, else the unit's vector kernel.
 void run_job_bf16(const Config& c, const Job& j, float* scratch) {
-  if (supported(c, j) && j.nrows <= kDecodeRows) return run_decode(c, j, scratch);
+  if (supported(c, j) && j.nrows / j.groups <= kDecodeRows) return run_decode(c, j, scratch);
   run_job(c, j, scratch);
 }
 

@@ -78,6 +78,11 @@ struct Job {
   int64_t offset = 0;  // Skv - Sq of the sequence: query i sits at key position i + offset
   int nrows = 0;
   Row rows[kMaxRows];
+  // Several KV heads in one job (kernels with Kernels::multi_group only): rows come in
+  // `groups` equal runs, run g reading the slice g * k_goff (K) / g * v_goff (V) elements
+  // into each cache row, so a job streams whole rows in address order.
+  int groups = 1;
+  int64_t k_goff = 0, v_goff = 0;
 };
 
 struct Config {
@@ -100,6 +105,7 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
 
 struct Kernels {
   void (*run_job)(const Config& c, const Job& j, float* scratch);
+  bool multi_group = false;  // run_job takes jobs with groups > 1 (bf16 decode shapes)
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
