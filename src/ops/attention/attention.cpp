@@ -327,10 +327,26 @@ struct DecodeJobs {
   void make(int64_t idx, Job& job) const {
     const int64_t b = idx / per_seq();
     idx %= per_seq();
-    if (all_heads) return make_all_heads(b, idx, job);
+    if (all_heads) {  // rows of KV head g are heads g*G .. g*G+G-1: runs by group
+      set_keys(job, b, 0, idx);
+      job.groups = int(Nkv);
+      job.k_goff = k_hs, job.v_goff = v_hs;
+      for (int64_t h = 0; h < Nq; ++h)
+        for (int64_t i = 0; i < Sq; ++i) add_row(job, b, i, h, idx);
+      return;
+    }
     const int64_t per_head = head_chunks * q_tiles * splits;
     const int64_t kvh = idx / per_head;
     const Tile t = tile_of(idx % per_head, head_chunks, q_tiles, splits);
+    set_keys(job, b, kvh, t.sp);
+    const int64_t h0 = kvh * G + t.hc * heads_per_job, h1 = std::min(kvh * G + G, h0 + heads_per_job);
+    const int64_t i0 = t.qt * q_per_job, i1 = std::min(Sq, i0 + q_per_job);
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t h = h0; h < h1; ++h) add_row(job, b, i, h, t.sp);
+  }
+
+  // The job's KV view from KV head kvh on, and split sp's key range (whole KV blocks).
+  void set_keys(Job& job, int64_t b, int64_t kvh, int64_t sp) const {
     const int64_t L = seq_lens[b];
     const size_t es = cfg.bf16 ? 2 : 4;
     job.kv = KvView{};
@@ -340,65 +356,28 @@ struct DecodeJobs {
     job.kv.v_rs = v_rs;
     job.kv.table = tables + b * table_stride;
     job.kv.block_size = block_size;
-    // Split sp covers a contiguous range of whole KV blocks.
-    const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
-    job.kv_begin = std::min(L, nblk * t.sp / splits * kKvBlock);
-    job.kv_end = std::min(L, nblk * (t.sp + 1) / splits * kKvBlock);
-    job.offset = L - Sq;
-    const int64_t h0 = kvh * G + t.hc * heads_per_job, h1 = std::min(kvh * G + G, h0 + heads_per_job);
-    const int64_t i0 = t.qt * q_per_job, i1 = std::min(Sq, i0 + q_per_job);
-    job.nrows = 0;
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t h = h0; h < h1; ++h) {
-        Row& r = job.rows[job.nrows++];
-        r = Row{};
-        r.qpos = i;
-        r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
-        if (splits > 1) {
-          float* pp = part_of(row_id(b, i, h), t.sp);
-          r.part_out = pp;
-          r.lse = pp + cfg.Dv;
-        } else {
-          r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
-          if (!lse->empty())
-            r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
-        }
-      }
-  }
-
-  void make_all_heads(int64_t b, int64_t sp, Job& job) const {
-    const int64_t L = seq_lens[b];
-    const size_t es = cfg.bf16 ? 2 : 4;
-    job.kv = KvView{};
-    job.kv.k = k;
-    job.kv.v = v;
-    job.kv.k_rs = k_rs;
-    job.kv.v_rs = v_rs;
-    job.kv.table = tables + b * table_stride;
-    job.kv.block_size = block_size;
     const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
     job.kv_begin = std::min(L, nblk * sp / splits * kKvBlock);
     job.kv_end = std::min(L, nblk * (sp + 1) / splits * kKvBlock);
     job.offset = L - Sq;
-    job.groups = int(Nkv);
-    job.k_goff = k_hs, job.v_goff = v_hs;
     job.nrows = 0;
-    for (int64_t h = 0; h < Nq; ++h)  // heads of KV head g are g*G .. g*G+G-1: runs by group
-      for (int64_t i = 0; i < Sq; ++i) {
-        Row& r = job.rows[job.nrows++];
-        r = Row{};
-        r.qpos = i;
-        r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
-        if (splits > 1) {
-          float* pp = part_of(row_id(b, i, h), sp);
-          r.part_out = pp;
-          r.lse = pp + cfg.Dv;
-        } else {
-          r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
-          if (!lse->empty())
-            r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
-        }
-      }
+  }
+
+  // Query row (b, position i, head h): its q, and its output (or split sp's partial).
+  void add_row(Job& job, int64_t b, int64_t i, int64_t h, int64_t sp) const {
+    const size_t es = cfg.bf16 ? 2 : 4;
+    Row& r = job.rows[job.nrows++];
+    r = Row{};
+    r.qpos = i;
+    r.q = static_cast<const uint8_t*>(q->data) + size_t(b * q->strides[0] + i * q->strides[1] + h * q->strides[2]) * es;
+    if (splits > 1) {
+      float* pp = part_of(row_id(b, i, h), sp);
+      r.part_out = pp;
+      r.lse = pp + cfg.Dv;
+    } else {
+      r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
+      if (!lse->empty()) r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
+    }
   }
 };
 
