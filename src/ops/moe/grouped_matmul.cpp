@@ -286,34 +286,37 @@ size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluP
 
 Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, ScheduleStats* stats, Workspace ws) {
   constexpr const char* op = "grouped_matmul_swiglu";
+  // Validate every part, then plan each once: the sizing, the buffers and the schedule
+  // all come from the same parts.
+  std::vector<SwigluPart> sp;
+  std::vector<Job> jobs;
+  size_t bufs = 0;
   for (const GroupedMatmulSwigluParams& p : parts) {
     if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
     const int64_t N2 = (*p.weights)[0].n;
     if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
+    int64_t total = 0, nonempty = 0;
+    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, N2, &total, &nonempty));
     const bool quant = p.out.dtype == DType::kI8;
     OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], N2 / 2, !quant));
     if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.out_scales, "out_scales", p.x.sizes[0], DType::kF32));
     else if (!p.out_scales.empty())
       return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
+    sp.push_back(swiglu_part(p));
+    sp.back().job.nonempty = nonempty;
+    jobs.push_back(sp.back().job);
+    bufs += sp.back().buf_bytes;
   }
-  const size_t need = grouped_matmul_swiglu_workspace_size(parts);
+  const size_t need = kAlign + bufs + jobs_ws(jobs);  // as grouped_matmul_swiglu_workspace_size
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
   // [aligned f32 buffers of the parts that need one][the GEMMs' workspace]
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  std::vector<SwigluPart> sp;
-  std::vector<Job> jobs;
-  for (const GroupedMatmulSwigluParams& p : parts) {
-    SwigluPart s = swiglu_part(p);
-    int64_t total = 0;
-    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, 2 * s.I, &total, &s.job.nonempty));
-    if (s.buf_cols) {
-      s.buf = reinterpret_cast<float*>(at);
-      s.job.out.data = s.buf;
-      at += s.buf_bytes;
-    }
-    jobs.push_back(s.job);
-    sp.push_back(s);
+  for (size_t i = 0; i < sp.size(); ++i) {
+    if (!sp[i].buf_cols) continue;
+    sp[i].buf = reinterpret_cast<float*>(at);
+    jobs[i].out.data = sp[i].buf;
+    at += sp[i].buf_bytes;
   }
   const size_t used = size_t(at - static_cast<uint8_t*>(ws.data));
   return run_jobs(op, jobs, stats, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used},
