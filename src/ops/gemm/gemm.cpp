@@ -63,7 +63,7 @@ struct Plan {
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
   bool amx = false;     // AMX blocks: mc and packed A in 32-row, 32-k units
   int64_t k32 = 0, lda_amx = 0;
-  size_t acc_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;
+  size_t acc_off = 0, up_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
 };
 
 // The workspace size does not depend on the implementation: packed A is sized as f32.
@@ -130,9 +130,11 @@ Plan make_plan(const GemmParams& p, bool amx) {
   }
 
   size_t off = 0;
+  // acc tiles of >= 4 rows for gemv4; SwiGLU keeps the up tile right after the gate tile.
+  const size_t acc_bytes = size_t(std::max<int64_t>(pl.mc_ws, 4)) * kNR * sizeof(float);
   pl.acc_off = off;
-  // >= 4 rows for gemv4; SwiGLU keeps the gate and the up tile side by side.
-  off = align_up(off + size_t(std::max<int64_t>(pl.mc_ws, 4)) * kNR * sizeof(float) * (pl.swiglu ? 2 : 1));
+  pl.up_off = off + acc_bytes;
+  off = align_up(off + acc_bytes * (pl.swiglu ? 2 : 1));
   pl.bbuf_off = off;
   if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
@@ -230,7 +232,7 @@ void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_e
 void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp,
                 uint8_t* ws, const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
-  float* acc_up = acc + std::max<int64_t>(pl.mc_ws, 4) * kNR;  // SwiGLU only
+  float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
   void* bbuf = ws + pl.bbuf_off;
   float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
   void* apack = ws + pl.apack_off;
@@ -339,7 +341,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
 void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, uint8_t* ws,
                     const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
-  float* acc_up = acc + std::max<int64_t>(pl.mc_ws, 4) * kNR;  // SwiGLU only
+  float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
   void* bbuf = ws + pl.bbuf_off;
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
   const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
