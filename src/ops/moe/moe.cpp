@@ -26,18 +26,22 @@ constexpr int64_t kMaxExperts = 1024;
 constexpr int64_t kMaxTopK = 32;
 constexpr int64_t kMaxHidden = 16384;
 
-// Top-k of v[0..n) among eligible entries, descending, ties to the lower index.
+// Top-k of v[0..n) among eligible entries, descending, ties to the lower index: one
+// ascending scan keeping the best k in order by insertion; a value moves ahead only of
+// strictly smaller ones, so an equal later id stays behind. O(n) compares when most
+// values fall below the current k-th (was k passes over n with a taken-check each:
+// 2x slower than an eager softmax + partial sort at E = 64, k = 6).
 void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      if (eligible && !eligible[e]) continue;
-      bool taken = false;
-      for (int64_t q = 0; q < j; ++q) taken |= out[q] == e;
-      if (taken) continue;
-      if (best < 0 || v[e] > v[best]) best = e;  // strict: an equal later id never wins
-    }
-    out[j] = int32_t(best);
+  float best[kMaxTopK];
+  int64_t cnt = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    if (eligible && !eligible[e]) continue;
+    const float x = v[e];
+    if (cnt == k && !(x > best[k - 1])) continue;
+    int64_t pos = cnt < k ? cnt++ : k - 1;  // when full, the last one drops out
+    for (; pos > 0 && x > best[pos - 1]; --pos) best[pos] = best[pos - 1], out[pos] = out[pos - 1];
+    best[pos] = x;
+    out[pos] = int32_t(e);
   }
 }
 
