@@ -7,8 +7,10 @@
 // Bytes counted: the weights of the experts the call activates (and the shared ones).
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -153,6 +155,58 @@ void bench_moe(bench::Context& ctx) {
 }
 
 OPTX_REGISTER_BENCH("moe_forward", bench_moe);
+
+// The softmax router alone: optx (softmax, top-k and renormalisation in one pass per
+// token) against `basic`, an eager framework's three kernels — softmax into an f32
+// [T, E] buffer, top-k of each row (partial sort), renormalise the k weights — each on
+// all threads. Bytes: the logits read once, ids and weights written once.
+void bench_gating(bench::Context& ctx) {
+  const int64_t T = ctx.quick ? 512 : 16384, E = kE, k = kK;
+  testing::Rng rng(5);
+  std::vector<float> logits(static_cast<size_t>(T * E)), probs(logits.size()), w(static_cast<size_t>(T * k));
+  testing::fill_f32(logits.data(), T * E, rng, -4.0f, 4.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  const MoeGatingSoftmaxParams p{.logits = make_view(logits.data(), DType::kF32, {T, E}),
+                                 .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                                 .topk_weights = make_view(w.data(), DType::kF32, {T, k}), .renormalize = true};
+  const int th = ctx.threads;
+  auto basic_fn = [&] {
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* l = logits.data() + t * E;
+      float* pr = probs.data() + t * E;
+      float m = l[0], sum = 0;
+      for (int64_t e = 1; e < E; ++e) m = std::max(m, l[e]);
+      for (int64_t e = 0; e < E; ++e) sum += (pr[e] = std::exp(l[e] - m));
+      for (int64_t e = 0; e < E; ++e) pr[e] /= sum;
+    }
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      int32_t order[kE];
+      std::iota(order, order + E, 0);
+      const float* pr = probs.data() + t * E;
+      std::partial_sort(order, order + k, order + E, [&](int32_t a, int32_t b) { return pr[a] > pr[b] || (pr[a] == pr[b] && a < b); });
+      for (int64_t j = 0; j < k; ++j) ids[size_t(t * k + j)] = order[j], w[size_t(t * k + j)] = pr[order[j]];
+    }
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      float s = 0;
+      for (int64_t j = 0; j < k; ++j) s += w[size_t(t * k + j)];
+      for (int64_t j = 0; j < k; ++j) w[size_t(t * k + j)] /= s;
+    }
+  };
+  const auto tm = ctx.time_interleaved({[&] { bench::check(moe_gating_topk_softmax(p)); }, basic_fn});
+  const std::string cs = "dtype=f32 T=" + std::to_string(T) + " E=" + std::to_string(E) + " k=" + std::to_string(k);
+  const double bytes = double(T * E) * 4 + double(T * k) * 8;
+  bench::Record r{.op = "moe_gating_topk_softmax", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  bench::Record b{.op = "moe_gating_topk_softmax", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  b.note = "softmax -> [T, E] f32, top-k (partial sort), renormalise";
+  b.peak_bytes = double(probs.size() * sizeof(float));
+  ctx.add(r, tm[0], 0.0, bytes);
+  ctx.add(b, tm[1], 0.0, bytes);
+}
+
+OPTX_REGISTER_BENCH("moe_gating_topk_softmax", bench_gating);
 
 }  // namespace
 }  // namespace optx
