@@ -22,7 +22,18 @@ using simd_type = simd::Avx512Bf16;
 }
 }  // namespace optx::attn_detail::amx
 
+namespace optx::attn_detail::amx {
+namespace {
+struct alignas(64) TileConfig {
+  uint8_t palette_id, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+}  // namespace
+}  // namespace optx::attn_detail::amx
+
 #define OPTX_ISA_NS amx
+#define OPTX_ATTN_DECODE_AMX 1
 #include "ops/attention/attention_kernels_inl.h"
 #include "ops/attention/attention_decode_inl.h"
 
@@ -31,12 +42,6 @@ namespace {
 
 constexpr int kKeys = 32;
 alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // pairs a missing last key
-
-struct alignas(64) TileConfig {
-  uint8_t palette_id, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 void configure() {
   TileConfig cfg{};
