@@ -120,23 +120,47 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     std::copy(vn, vn + n, vpp);
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kKeys, hi - kb - kKeys));
     if (n_next) j.kv.rows(kb + kKeys, n_next, true, kn, vn);
-    for (int64_t k = 0; k < kKeys; ++k) {
-      if (k < n_next) {
-        for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(static_cast<const char*>(kn[k]) + 64 * l);
-        if (vn[k] != kn[k])
-          for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(static_cast<const char*>(vn[k]) + 64 * l);
+    // Each 16-key A tile loads straight from the cache rows when they sit at one stride
+    // (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
+    const uint16_t* ka[2];
+    int64_t ka_stride[2];
+    for (int t = 0; t < 2; ++t) {
+      const int64_t k0 = 16 * t;
+      const char* base = k0 < n ? static_cast<const char*>(kp[k0]) : nullptr;
+      const int64_t stride = k0 + 1 < n ? static_cast<const char*>(kp[k0 + 1]) - base : 0;
+      bool direct = k0 + 16 <= n && stride > 0;
+      for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(kp[k0 + i]) - base == i * stride;
+      ka[t] = direct ? reinterpret_cast<const uint16_t*>(base) : kst + k0 * D;
+      ka_stride[t] = direct ? stride : D * 2;
+      for (int64_t k = k0; !direct && k < k0 + 16; ++k) {
+        if (k < n) std::memcpy(kst + k * D, kp[k], size_t(D) * 2);
+        else std::memset(kst + k * D, 0, size_t(D) * 2);
       }
-      if (k < n) std::memcpy(kst + k * D, kp[k], size_t(D) * 2);
-      else std::memset(kst + k * D, 0, size_t(D) * 2);
     }
+    // The next block's rows are prefetched a slice per tile step below: issued in one
+    // burst, the prefetches wait on the fill buffers and hold up the tile work behind
+    // them, so memory and compute would take turns instead of overlapping.
+    const bool v_apart = n_next > 0 && vn[0] != kn[0];
+    const int64_t row_lines = k_lines + (v_apart ? v_lines : 0);
+    const int64_t pf_step = (n_next * row_lines + D / 32 + Dv / 32 - 1) / (D / 32 + Dv / 32);
+    int64_t pf_key = 0, pf_line = 0;
+    auto prefetch_next = [&] {
+      for (int64_t i = 0; i < pf_step && pf_key < n_next; ++i) {
+        _mm_prefetch(pf_line < k_lines ? static_cast<const char*>(kn[pf_key]) + 64 * pf_line
+                                       : static_cast<const char*>(vn[pf_key]) + 64 * (pf_line - k_lines),
+                     _MM_HINT_T0);
+        if (++pf_line == row_lines) pf_line = 0, ++pf_key;
+      }
+    };
     // S^T = K . Q^T over D in steps of 32.
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t d = 0; d < D; d += 32) {
-      _tile_loadd(4, kst + d, D * 2);
-      _tile_loadd(5, kst + 16 * D + d, D * 2);
+      prefetch_next();
+      _tile_loadd(4, ka[0] + d, ka_stride[0]);
+      _tile_loadd(5, ka[1] + d, ka_stride[1]);
       _tile_loadd(6, qt + (d / 2) * 64, 128);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(2, 5, 6);
@@ -206,6 +230,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     _tile_loadd(4, pr, 64);
     if (two) _tile_loadd(5, pr + 16 * kKeys, 64);
     for (int64_t d = 0; d < Dv; d += 32) {
+      prefetch_next();
       _tile_loadd(0, o + d, Dv * 4);
       _tile_loadd(1, o + d + 16, Dv * 4);
       _tile_loadd(6, vp + d * 2, Dv * 4);
