@@ -1,15 +1,22 @@
 // AMX attention job kernel (bf16; D and Dv multiples of 32; no softcap / bias / mask
 // tensor — anything else runs the vector kernel of this unit).
 //
-// Per block of 32 keys, with up to 32 query rows as two 16-row column tiles:
-//   S^T[key][row] = K . Q^T   A tiles: 16 staged K rows x 32 of D; B tiles: Q^T in pairs
-//                             ([D/2][32 rows][2], built once per job) — no transposes of K.
-//   online softmax            vertical: each key's scores are a vector over rows, so the
-//                             running max, exp and sums need no horizontal reductions.
-//   O[row][dv] += P . V       A tiles: P rows (the 32 x 32 bf16 block transposed);
-//                             B tiles: V key-pairs interleaved ([16][Dv][2], vpermt2w);
-//                             O accumulates in f32 memory, two 16 x 32 column chunks at a
-//                             time (4 C tiles), rescaled by the softmax correction first.
+// Per superblock of 128 keys (4 steps of 32), with up to 32 query rows as two 16-row
+// column tiles:
+//   S^T[key][row] = K . Q^T   A tiles: 16 K rows x 32 of D, straight from the cache rows
+//                             when they sit at one stride (else staged); B tiles: Q^T in
+//                             pairs ([D/2][32 rows][2], built once per job) — no
+//                             transposes of K.
+//   online softmax            vertical, once per superblock: each key's scores are a
+//                             vector over rows, so the running max, exp and sums need no
+//                             horizontal reductions.
+//   O[row][dv] += P . V       A tiles: P rows (the block of P^T transposed); B tiles: V
+//                             key pairs by in-lane unpacks; O lives in f32 memory and
+//                             each 32-column chunk stays in C tiles for the superblock's
+//                             four steps (one O load / store per 128 keys).
+// Measured (MLA decode, 16 rows, 576 / 512, ctx 8192, alternating runs): staging K rows by
+// memcpy and a burst of prefetches per block -> direct tiles and spread prefetches:
+// 7.6-8.4 -> 9.6-13 GB/s; 32 -> 128-key O passes with unpack pairs: a further ~8%.
 #include <immintrin.h>
 
 #include <cstring>
@@ -40,8 +47,10 @@ struct alignas(64) TileConfig {
 namespace optx::attn_detail::amx {
 namespace {
 
-constexpr int kKeys = 32;
-alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // pairs a missing last key
+constexpr int kSub = 32;          // keys per tile step: two 16-key A tiles of S^T, one P tile
+constexpr int kSuper = 4 * kSub;  // keys per softmax step and per O load / store
+constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
+alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // V of keys past the end
 
 void configure() {
   TileConfig cfg{};
@@ -50,32 +59,42 @@ void configure() {
   _tile_loadconfig(&cfg);
 }
 
-// Interleaves rows a and b (bf16, n a multiple of 32) into pairs: out[2i] = a[i], out[2i+1] = b[i].
-OPTX_ALWAYS_INLINE void interleave(const uint16_t* a, const uint16_t* b, int64_t n, uint16_t* out) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
-                                      34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24, 55, 23, 54, 22, 53, 21, 52, 20,
-                                      51, 19, 50, 18, 49, 17, 48, 16);
-  for (int64_t i = 0; i < n; i += 32) {
-    const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
-    _mm512_storeu_si512(out + 2 * i, _mm512_permutex2var_epi16(va, lo, vb));
-    _mm512_storeu_si512(out + 2 * i + 32, _mm512_permutex2var_epi16(va, hi, vb));
-  }
+// Key pairs of 32 columns of rows a and b (b null: zeros) for two B tiles, by in-lane
+// 16-bit unpacks (one uop each, where a cross-lane vpermt2w is three): lo gets columns
+// {0-3, 8-11, 16-19, 24-27} and hi the others, so O's columns sit in that order
+// (from_pair_order undoes it once per job).
+OPTX_ALWAYS_INLINE void stage_pairs(const uint16_t* a, const uint16_t* b, uint16_t* lo, uint16_t* hi) {
+  const __m512i va = _mm512_loadu_si512(a), vb = b ? _mm512_loadu_si512(b) : _mm512_setzero_si512();
+  _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
+  _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
+}
+
+void from_pair_order(float* o, int rows, int64_t Dv) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < Dv; d += 32) {
+      float* p = o + r * Dv + d;
+      const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
+      _mm512_storeu_ps(p, _mm512_permutex2var_ps(lo, i0, hi));
+      _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(lo, i1, hi));
+    }
 }
 
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
   if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   const bool two = R > 16;  // second column tile of rows
+  const int RT = two ? 32 : 16;
   const int64_t D = c.D, Dv = c.Dv;
-  // Scratch layout (all 64-byte aligned multiples).
+  // Scratch layout (all 64-byte aligned multiples; see job_scratch_floats).
   uint16_t* qt = reinterpret_cast<uint16_t*>(scratch);         // [D/2][32][2]
-  uint16_t* kst = qt + D * 32;                                  // [32][D]
-  uint16_t* vp = kst + 32 * D;                                  // [16][Dv][2]
-  float* st = reinterpret_cast<float*>(vp + 32 * Dv);           // [32 keys][32 rows]
-  uint16_t* pt = reinterpret_cast<uint16_t*>(st + 32 * 32);     // [32 keys][32 rows]
-  uint16_t* pr = pt + 32 * 32;                                  // [32 rows][32 keys]
-  float* o = reinterpret_cast<float*>(pr + 32 * 32);            // [32 rows][Dv]
+  uint16_t* kst = qt + D * 32;                                  // [32][D] staged K rows
+  uint16_t* stage = kst + 32 * D;                               // [2][kStageSub]
+  float* st = reinterpret_cast<float*>(stage + 2 * kStageSub);  // [kSuper keys][32 rows]
+  uint16_t* pt = reinterpret_cast<uint16_t*>(st + kSuper * 32);   // [kSuper keys][32 rows]
+  uint16_t* pr = pt + kSuper * 32;                                // [32 rows][kSuper keys]
+  float* o = reinterpret_cast<float*>(pr + 32 * kSuper);          // [32 rows][Dv], pair order
 
   // Q^T in pairs, rows past R zero.
   uint32_t* qt32 = reinterpret_cast<uint32_t*>(qt);
@@ -104,45 +123,28 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     }
   }
   configure();
-  const void* kp[kKeys];
-  const void* vpp[kKeys];
+  const void* kp[kSuper];
+  const void* vpp[kSuper];
+  const void* kn[kSuper];
+  const void* vn[kSuper];
   const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  // Rows of the next block are prefetched while this block's are staged: a job reads
-  // one head's slice of rows a slot apart, which the hardware prefetchers do not follow.
-  const void* kn[kKeys];
-  const void* vn[kKeys];
   const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
-  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kKeys, hi - lo), true, kn, vn);
-  for (int64_t kb = lo; kb < hi; kb += kKeys) {
-    const int64_t n = std::min<int64_t>(kKeys, hi - kb);
+  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kSuper, hi - lo), true, kn, vn);
+  for (int64_t kb = lo; kb < hi; kb += kSuper) {
+    const int64_t n = std::min<int64_t>(kSuper, hi - kb);
+    const int nsub = int((n + kSub - 1) / kSub);
     std::copy(kn, kn + n, kp);
     std::copy(vn, vn + n, vpp);
-    const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kKeys, hi - kb - kKeys));
-    if (n_next) j.kv.rows(kb + kKeys, n_next, true, kn, vn);
-    // Each 16-key A tile loads straight from the cache rows when they sit at one stride
-    // (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
-    const uint16_t* ka[2];
-    int64_t ka_stride[2];
-    for (int t = 0; t < 2; ++t) {
-      const int64_t k0 = 16 * t;
-      const char* base = k0 < n ? static_cast<const char*>(kp[k0]) : nullptr;
-      const int64_t stride = k0 + 1 < n ? static_cast<const char*>(kp[k0 + 1]) - base : 0;
-      bool direct = k0 + 16 <= n && stride > 0;
-      for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(kp[k0 + i]) - base == i * stride;
-      ka[t] = direct ? reinterpret_cast<const uint16_t*>(base) : kst + k0 * D;
-      ka_stride[t] = direct ? stride : D * 2;
-      for (int64_t k = k0; !direct && k < k0 + 16; ++k) {
-        if (k < n) std::memcpy(kst + k * D, kp[k], size_t(D) * 2);
-        else std::memset(kst + k * D, 0, size_t(D) * 2);
-      }
-    }
-    // The next block's rows are prefetched a slice per tile step below: issued in one
+    const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
+    if (n_next) j.kv.rows(kb + kSuper, n_next, true, kn, vn);
+    // The next superblock's rows are prefetched a slice per tile step: issued in one
     // burst, the prefetches wait on the fill buffers and hold up the tile work behind
     // them, so memory and compute would take turns instead of overlapping.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
     const int64_t row_lines = k_lines + (v_apart ? v_lines : 0);
-    const int64_t pf_step = (n_next * row_lines + D / 32 + Dv / 32 - 1) / (D / 32 + Dv / 32);
+    const int64_t steps = nsub * (D / 32) + Dv / 32;
+    const int64_t pf_step = (n_next * row_lines + steps - 1) / steps;
     int64_t pf_key = 0, pf_line = 0;
     auto prefetch_next = [&] {
       for (int64_t i = 0; i < pf_step && pf_key < n_next; ++i) {
@@ -152,33 +154,55 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
         if (++pf_line == row_lines) pf_line = 0, ++pf_key;
       }
     };
-    // S^T = K . Q^T over D in steps of 32.
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t d = 0; d < D; d += 32) {
-      prefetch_next();
-      _tile_loadd(4, ka[0] + d, ka_stride[0]);
-      _tile_loadd(5, ka[1] + d, ka_stride[1]);
-      _tile_loadd(6, qt + (d / 2) * 64, 128);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(2, 5, 6);
+    // S^T = K . Q^T, 32 keys per step over D in steps of 32.
+    for (int sb = 0; sb < nsub; ++sb) {
+      const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
+      // Each 16-key A tile loads straight from the cache rows when they sit at one
+      // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
+      const uint16_t* ka[2];
+      int64_t ka_stride[2];
+      for (int t = 0; t < 2; ++t) {
+        const int64_t k0 = 16 * t;
+        const char* base = k0 < ns ? static_cast<const char*>(kp[s0 + k0]) : nullptr;
+        const int64_t stride = k0 + 1 < ns ? static_cast<const char*>(kp[s0 + k0 + 1]) - base : 0;
+        bool direct = k0 + 16 <= ns && stride > 0;
+        for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(kp[s0 + k0 + i]) - base == i * stride;
+        ka[t] = direct ? reinterpret_cast<const uint16_t*>(base) : kst + k0 * D;
+        ka_stride[t] = direct ? stride : D * 2;
+        for (int64_t k = k0; !direct && k < k0 + 16; ++k) {
+          if (k < ns) std::memcpy(kst + k * D, kp[s0 + k], size_t(D) * 2);
+          else std::memset(kst + k * D, 0, size_t(D) * 2);
+        }
+      }
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t d = 0; d < D; d += 32) {
+        prefetch_next();
+        _tile_loadd(4, ka[0] + d, ka_stride[0]);
+        _tile_loadd(5, ka[1] + d, ka_stride[1]);
+        _tile_loadd(6, qt + (d / 2) * 64, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) {
+          _tile_loadd(7, qt + (d / 2) * 64 + 32, 128);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      float* sts = st + s0 * 32;
+      _tile_stored(0, sts, 128);
+      _tile_stored(2, sts + 16 * 32, 128);
       if (two) {
-        _tile_loadd(7, qt + (d / 2) * 64 + 32, 128);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
+        _tile_stored(1, sts + 16, 128);
+        _tile_stored(3, sts + 16 * 32 + 16, 128);
       }
     }
-    _tile_stored(0, st, 128);
-    _tile_stored(2, st + 16 * 32, 128);
-    if (two) {
-      _tile_stored(1, st + 16, 128);
-      _tile_stored(3, st + 16 * 32 + 16, 128);
-    }
-    // Vertical online softmax over the block's keys, 16 rows per vector.
+    // Vertical online softmax over the superblock's keys, 16 rows per vector.
+    const int64_t nk = int64_t(nsub) * kSub;  // keys the P tiles cover; p = 0 past n
     alignas(64) float corr[32];
-    for (int half = 0; half < (two ? 2 : 1); ++half) {
+    for (int half = 0; half < RT / 16; ++half) {
       const __m512 dg = _mm512_load_ps(diag + 16 * half);
       __m512 bmax = neg_inf;
       for (int64_t k = 0; k < n; ++k) {
@@ -201,7 +225,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       // exp(m_old - m_new): 1 where nothing is live yet (avoids -inf - -inf).
       const __m512 f = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), simd_type::exp(_mm512_sub_ps(m_old, m_new)));
       __m512 l = _mm512_mul_ps(_mm512_load_ps(lrow + 16 * half), f);
-      for (int64_t k = 0; k < kKeys; ++k) {
+      for (int64_t k = 0; k < nk; ++k) {
         __m512 p = _mm512_setzero_ps();
         if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
         l = _mm512_add_ps(l, p);
@@ -212,44 +236,57 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       _mm512_store_ps(corr + 16 * half, f);
     }
     // P = (P^T)^T: rows x keys.
-    for (int r = 0; r < (two ? 32 : 16); ++r)
-      for (int k = 0; k < kKeys; ++k) pr[r * kKeys + k] = pt[k * 32 + r];
+    for (int r = 0; r < RT; ++r)
+      for (int64_t k = 0; k < nk; ++k) pr[r * kSuper + k] = pt[k * 32 + r];
     // Rescale O rows whose max moved.
-    for (int r = 0; r < (two ? 32 : 16); ++r)
+    for (int r = 0; r < RT; ++r)
       if (corr[r] != 1.0f) {
         const __m512 f = _mm512_set1_ps(corr[r]);
         for (int64_t d = 0; d < Dv; d += 16) _mm512_storeu_ps(o + r * Dv + d, _mm512_mul_ps(_mm512_loadu_ps(o + r * Dv + d), f));
       }
-    // V key-pairs, zero past n.
-    for (int64_t p = 0; p < kKeys / 2; ++p) {
-      const int64_t k0 = 2 * p, k1 = 2 * p + 1;
-      const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) : kZeroRow;
-      const uint16_t* b = k1 < n ? static_cast<const uint16_t*>(vpp[k1]) : kZeroRow;
-      interleave(a, b, Dv, vp + p * Dv * 2);
-    }
-    _tile_loadd(4, pr, 64);
-    if (two) _tile_loadd(5, pr + 16 * kKeys, 64);
+    // O[row][dv] += P . V, 32 columns at a time held in C tiles across the whole
+    // superblock (one O load / store per kSuper keys, not per 32); the V pairs of each
+    // 32-key step are staged just before use, double-buffered. (Staging columns d + 32
+    // during the tiles of d measured no better.)
     for (int64_t d = 0; d < Dv; d += 32) {
       prefetch_next();
       _tile_loadd(0, o + d, Dv * 4);
       _tile_loadd(1, o + d + 16, Dv * 4);
-      _tile_loadd(6, vp + d * 2, Dv * 4);
-      _tile_loadd(7, vp + (d + 16) * 2, Dv * 4);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_stored(0, o + d, Dv * 4);
-      _tile_stored(1, o + d + 16, Dv * 4);
       if (two) {
         _tile_loadd(2, o + 16 * Dv + d, Dv * 4);
         _tile_loadd(3, o + 16 * Dv + d + 16, Dv * 4);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+      }
+      for (int sb = 0; sb < nsub; ++sb) {
+        const int64_t s0 = int64_t(sb) * kSub;
+        uint16_t* blo = stage + (sb & 1) * kStageSub;
+        uint16_t* bhi = blo + kStageSub / 2;
+        for (int p = 0; p < kSub / 2; ++p) {
+          const int64_t k0 = s0 + 2 * p, k1 = k0 + 1;
+          const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) + d : kZeroRow;
+          const uint16_t* b = k1 < n ? static_cast<const uint16_t*>(vpp[k1]) + d : nullptr;
+          stage_pairs(a, b, blo + p * 32, bhi + p * 32);
+        }
+        _tile_loadd(6, blo, 64);
+        _tile_loadd(7, bhi, 64);
+        _tile_loadd(4, pr + s0, kSuper * 2);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (two) {
+          _tile_loadd(5, pr + 16 * kSuper + s0, kSuper * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, o + d, Dv * 4);
+      _tile_stored(1, o + d + 16, Dv * 4);
+      if (two) {
         _tile_stored(2, o + 16 * Dv + d, Dv * 4);
         _tile_stored(3, o + 16 * Dv + d + 16, Dv * 4);
       }
     }
   }
   _tile_release();
+  from_pair_order(o, RT, Dv);
   finish_rows(c, j, mrow, lrow, o);
 }
 

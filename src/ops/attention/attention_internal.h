@@ -99,7 +99,7 @@ struct Config {
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
   const int64_t pad = 16;
   const int64_t vec = kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock);
-  const int64_t amx = 16 * D + 16 * D + 16 * Dv + 32 * 32 + 2 * 512 + 32 * Dv + 64;
+  const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
 }
 
