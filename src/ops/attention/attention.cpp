@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/log.h"
 #include "ops/attention/attention_internal.h"
@@ -444,36 +446,54 @@ size_t decode_workspace(const DecodeJobs& d) {
   return bytes;
 }
 
-// Merges split partials row by row (the attention_update rule).
+// The attention_update rule for one row: out = sum_i w_i o_i / sum_i w_i, w_i =
+// exp(lse_i - max lse), lse = max + log(sum w). Partials with w_i = 0 (empty, or far
+// below the max) are skipped whole, so their outputs may hold anything. part(i) gives
+// partial i's outputs (Dv floats) and lse; acc is Dv floats of scratch. One exp per
+// partial, then a vectorisable multiply-add pass per partial over the row.
+template <class T, class Part>
+void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse, float* acc) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < P; ++i) m = std::max(m, part(i).second);
+  if (m == -INFINITY) {
+    for (int64_t x = 0; x < Dv; ++x) out[x] = T(0);
+    if (lse) *lse = -INFINITY;
+    return;
+  }
+  std::fill(acc, acc + Dv, 0.0f);
+  double sum = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    const auto [o, l] = part(i);
+    const float w = float(std::exp(double(l) - m));
+    if (w == 0.0f) continue;
+    sum += w;
+    for (int64_t x = 0; x < Dv; ++x) acc[x] += w * o[x];
+  }
+  const float inv = float(1.0 / sum);
+  for (int64_t x = 0; x < Dv; ++x) {
+    if constexpr (sizeof(T) == 2) out[x] = f32_to_bf16(acc[x] * inv);
+    else out[x] = acc[x] * inv;
+  }
+  if (lse) *lse = m + float(std::log(sum));
+}
+
+// Merges split partials row by row.
 template <class T>
 void merge_rows(const DecodeJobs& d) {
   const int64_t Dv = d.cfg.Dv;
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t row = 0; row < d.rows_total(); ++row) {
-    const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
-    float m = -INFINITY;
-    for (int64_t sp = 0; sp < d.splits; ++sp) m = std::max(m, d.part_of(row, sp)[Dv]);
-    T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
-                                size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
-    float* lse = d.lse->empty() ? nullptr
-                                : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
-    if (m == -INFINITY) {
-      for (int64_t x = 0; x < Dv; ++x) o[x] = T(0);
-      if (lse) *lse = -INFINITY;
-      continue;
+#pragma omp parallel num_threads(num_threads())
+  {
+    std::vector<float> acc(static_cast<size_t>(Dv));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < d.rows_total(); ++row) {
+      const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
+      T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
+                                  size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
+      float* lse = d.lse->empty() ? nullptr
+                                  : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
+      merge_row(d.splits, Dv, [&](int64_t sp) { return std::pair<const float*, float>(d.part_of(row, sp), d.part_of(row, sp)[Dv]); }, o,
+                lse, acc.data());
     }
-    float w[64];
-    double sum = 0;
-    for (int64_t sp = 0; sp < d.splits; ++sp) sum += (w[sp] = std::exp(d.part_of(row, sp)[Dv] - m));
-    for (int64_t x = 0; x < Dv; ++x) {
-      double acc = 0;
-      for (int64_t sp = 0; sp < d.splits; ++sp)
-        if (w[sp] != 0.0f) acc += double(w[sp]) * d.part_of(row, sp)[x];
-      const float v = float(acc / sum);
-      if constexpr (sizeof(T) == 2) o[x] = f32_to_bf16(v);
-      else o[x] = v;
-    }
-    if (lse) *lse = m + float(std::log(sum));
   }
 }
 
@@ -707,26 +727,16 @@ Status attention_update(const AttentionUpdateParams& p, Workspace) {
   const float* o = static_cast<const float*>(outs.data);
   const float* l = static_cast<const float*>(lses.data);
   const bool bf = p.out.dtype == DType::kBF16;
-#pragma omp parallel for num_threads(num_threads()) schedule(static) if (R > 64)
-  for (int64_t r = 0; r < R; ++r) {
-    float m = -INFINITY;
-    for (int64_t i = 0; i < P; ++i) m = std::max(m, l[i * R + r]);
-    double sum = 0;
-    if (m != -INFINITY)
-      for (int64_t i = 0; i < P; ++i) sum += std::exp(double(l[i * R + r]) - m);
-    for (int64_t d = 0; d < Dv; ++d) {
-      double acc = 0;
-      if (m != -INFINITY)
-        for (int64_t i = 0; i < P; ++i) {
-          const double w = std::exp(double(l[i * R + r]) - m);
-          if (w != 0.0) acc += w * o[(i * R + r) * Dv + d];
-        }
-      const float v = m == -INFINITY ? 0.0f : float(acc / sum);
-      if (bf) static_cast<uint16_t*>(p.out.data)[r * p.out.strides[0] + d] = f32_to_bf16(v);
-      else static_cast<float*>(p.out.data)[r * p.out.strides[0] + d] = v;
+#pragma omp parallel num_threads(num_threads()) if (R > 64)
+  {
+    std::vector<float> acc(static_cast<size_t>(Dv));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      auto part = [&](int64_t i) { return std::pair<const float*, float>(o + (i * R + r) * Dv, l[i * R + r]); };
+      float* lse = p.lse.empty() ? nullptr : static_cast<float*>(p.lse.data) + r * p.lse.strides[0];
+      if (bf) attn_detail::merge_row(P, Dv, part, static_cast<uint16_t*>(p.out.data) + r * p.out.strides[0], lse, acc.data());
+      else attn_detail::merge_row(P, Dv, part, static_cast<float*>(p.out.data) + r * p.out.strides[0], lse, acc.data());
     }
-    if (!p.lse.empty())
-      static_cast<float*>(p.lse.data)[r * p.lse.strides[0]] = m == -INFINITY ? -INFINITY : m + float(std::log(sum));
   }
   return Status::Ok();
 }
