@@ -32,7 +32,15 @@ constexpr const char* kOp = "gemm";
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kAmxMinRows = 4;
-constexpr int64_t kAmxKc = 1024;  // AMX K block: B block 1024 x 64 bf16 = 128 KiB (L2)
+// AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 512 / 1024 /
+// 4096 / 8192, alternating in one process: a C tile round trip per K block costs more
+// than a B block twice as large in L2 (moe_forward T = 1024: 175 -> 167 ms with 1024 ->
+// 2048; bf16 GEMM 1024 x 2048 x 7168: 660 -> 693 GFLOP/s; 4096 within noise of 2048).
+// AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 1024, alternating
+// call by call in one process: one C tile round trip fewer per 2048 of K gains 1-2% on
+// packed bf16 GEMMs (2048^3: 811 -> 824 and 729 -> 738 GFLOP/s; 1024 x 2048 x 7168: 725 ->
+// 733); moe_forward T = 128 / 1024 unchanged; 4096 and 8192 no better.
+constexpr int64_t kAmxKc = 2048;
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;
@@ -367,9 +375,9 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         pack_panel(p.b, p.b_kn, jb, 0, k32, bbuf);
         bp = bbuf;
       }
-      // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 128 KiB) stays in L2 for all
-      // the chunk's 32-row blocks; each A block (32 x kAmxKc = 64 KiB) is read from L2 once
-      // per panel and serves both column halves.
+      // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 256 KiB) stays in L2 for all
+      // the chunk's 32-row blocks; each A block (32 x kAmxKc = 128 KiB) is read from L2
+      // once per panel and serves both column halves.
       for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
