@@ -43,9 +43,11 @@ std::vector<Case> edge_cases() {
           c.bias = h % 3 == 1 ? Bias::kF32 : (h % 5 == 2 ? Bias::kBF16 : Bias::kNone);
           cs.push_back(c);
         }
-  // Sizes at and around tile edges, and the 1023 cases from the spec.
+  // Sizes at and around tile edges, the 1023 cases from the spec, and a K of two AMX K
+  // blocks (2048 + a tail: the second block accumulates onto the first).
   for (auto [M, N, K] : {std::tuple{1023, 7, 17}, {7, 1023, 17}, {17, 7, 1023}, {2, 65, 300}, {6, 64, 256},
-                         {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33}}) {
+                         {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33},
+                         {36, 70, 2100}}) {
     for (const auto& t : combos) {
       Case c;
       c.M = M, c.N = N, c.K = K;
