@@ -94,11 +94,11 @@ OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m51
 //            column chunk of every row held in registers for the whole block
 //            (R x CH / 16 zmm). Not vdpbf16ps: it retires half as many multiply-adds
 //            per cycle as FMA here (ceilings: 175 vs 336 GFLOP/s).
-// Measured on B = 1, 32 / 8 heads, D = 128, ctx = 8192 with the cache in L2 (so compute
-// alone), alternating in one process: 1.44 ms -> 1.04 ms for the AMX scores; the
-// kernel this replaced (a horizontal sum per score, V widened by vpmovzx) ran 16% slower
-// than the vector path here. From DRAM the gain shrinks to 6-15%: the job is then bound
-// by the per-core read rate of 32 KiB blocks at random places (see README).
+// Measured on B = 1, 32 / 8 heads, D = 128, ctx = 8192 with the cache in L2 (compute
+// alone), alternating call by call in one process: sum16 scores and FMA P . V against a
+// horizontal sum per score and vpmovzx-widened V, 1.22 -> 1.06 ms; AMX scores against
+// sum16, 1.44 -> 1.04 ms. From DRAM the gains shrink to 6-15% each: the job is then
+// bound by one core's read rate over 32 KiB blocks at random places (see README).
 template <int R>
 void run_job_decode(const Config& c, const Job& j, float* scratch) {
   constexpr int64_t kBlock = 64;
@@ -123,8 +123,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     top = std::max(top, vhi[r]), bottom = std::min(bottom, vlo[r]);
   }
   hi = std::min(hi, top), lo = std::max(lo, bottom);
-  const void* kp[2 * kBlock + 1];
-  const void* vp[2 * kBlock + 1];
+  const void* kp[2 * kBlock];
+  const void* vp[2 * kBlock];
   // Lines of one cache row (all KV heads' slices) and one KV head's share of them.
   const int64_t k_lines = ((G - 1) * j.k_goff * 2 + D * 2 + 63) / 64, v_lines = ((G - 1) * j.v_goff * 2 + Dv * 2 + 63) / 64;
   const int64_t k_share = (k_lines + G - 1) / G, v_share = (v_lines + G - 1) / G;
