@@ -293,6 +293,7 @@ FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g) {
   j.cfg.causal = p.causal;
   j.cfg.window_left = p.window_left;
   j.cfg.window_right = p.window_right;
+  for (int64_t b = 0; b < g.B; ++b) j.cfg.kv_once = j.cfg.kv_once && j.head_chunks == 1 && j.q_tiles(b) <= 1;
   return j;
 }
 

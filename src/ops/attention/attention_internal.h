@@ -92,6 +92,10 @@ struct Config {
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   bool partial = false;  // write unnormalised-merge partials (part_out, lse) instead of out
+  // Every KV row is read by one job (decode, or a prefill whose query tile covers the
+  // sequence): it streams from DRAM, so kernels prefetch it. Otherwise a head's KV serves
+  // many query tiles from cache and the prefetches only cost issue slots.
+  bool kv_once = true;
 };
 
 // Scratch floats one job needs: the vector kernel's q rows, accumulators and one block
