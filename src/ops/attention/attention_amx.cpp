@@ -239,17 +239,27 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     alignas(64) float corr[32];
     for (int half = 0; half < RT / 16; ++half) {
       const __m512 dg = _mm512_load_ps(diag + 16 * half);
+      const __mmask16 real = _mm512_cmp_ps_mask(dg, _mm512_set1_ps(-1e29f), _CMP_GT_OQ);  // not padded rows
+      // Position masks only where the superblock crosses a row's causal / window edge
+      // (in causal prefill, only the blocks on the diagonal).
+      float dlo = 1e30f, dhi = -1e30f;
+      for (int r = 16 * half; r < 16 * half + 16; ++r)
+        if (diag[r] > -1e29f) dlo = std::min(dlo, diag[r]), dhi = std::max(dhi, diag[r]);
+      const float first = float(kb), last = float(kb + n - 1);
+      const bool edge = (c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - float(c.window_left)) ||
+                        (c.window_right >= 0 && last > dlo + float(c.window_right));
       __m512 bmax = neg_inf;
       for (int64_t k = 0; k < n; ++k) {
-        const float key = float(kb + k);
         __m512 s = _mm512_mul_ps(_mm512_load_ps(st + k * 32 + 16 * half), scale);
-        __mmask16 vis = 0xffff;
-        if (c.causal) vis &= _mm512_cmp_ps_mask(_mm512_set1_ps(key), dg, _CMP_LE_OQ);
-        if (c.window_left >= 0)
-          vis &= _mm512_cmp_ps_mask(_mm512_set1_ps(key), _mm512_sub_ps(dg, _mm512_set1_ps(float(c.window_left))), _CMP_GE_OQ);
-        if (c.window_right >= 0)
-          vis &= _mm512_cmp_ps_mask(_mm512_set1_ps(key), _mm512_add_ps(dg, _mm512_set1_ps(float(c.window_right))), _CMP_LE_OQ);
-        vis &= _mm512_cmp_ps_mask(dg, _mm512_set1_ps(-1e29f), _CMP_GT_OQ);  // padded rows
+        __mmask16 vis = real;
+        if (edge) {
+          const __m512 key = _mm512_set1_ps(float(kb + k));
+          if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
+          if (c.window_left >= 0)
+            vis &= _mm512_cmp_ps_mask(key, _mm512_sub_ps(dg, _mm512_set1_ps(float(c.window_left))), _CMP_GE_OQ);
+          if (c.window_right >= 0)
+            vis &= _mm512_cmp_ps_mask(key, _mm512_add_ps(dg, _mm512_set1_ps(float(c.window_right))), _CMP_LE_OQ);
+        }
         s = _mm512_mask_blend_ps(vis, neg_inf, s);
         _mm512_store_ps(st + k * 32 + 16 * half, s);
         bmax = _mm512_max_ps(bmax, s);
