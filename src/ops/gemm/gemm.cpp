@@ -32,10 +32,6 @@ constexpr const char* kOp = "gemm";
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kAmxMinRows = 4;
-// AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 512 / 1024 /
-// 4096 / 8192, alternating in one process: a C tile round trip per K block costs more
-// than a B block twice as large in L2 (moe_forward T = 1024: 175 -> 167 ms with 1024 ->
-// 2048; bf16 GEMM 1024 x 2048 x 7168: 660 -> 693 GFLOP/s; 4096 within noise of 2048).
 // AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 1024, alternating
 // call by call in one process: one C tile round trip fewer per 2048 of K gains 1-2% on
 // packed bf16 GEMMs (2048^3: 811 -> 824 and 729 -> 738 GFLOP/s; 1024 x 2048 x 7168: 725 ->
@@ -169,10 +165,6 @@ bool amx_eligible(const GemmParams& p) {
   return p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16 && p.a.sizes[0] >= kAmxMinRows;
 }
 
-// Sized for either plan so the caller's workspace does not depend on the implementation,
-// and for every thread the caller allows (not only those this M keeps busy), so the size
-// never shrinks as M grows: grouped GEMMs size one workspace from their largest group.
-// + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 // An unpacked f32 / bf16 B with enough rows of A is packed once per call into the
 // workspace, in pack_weights' layout, and the call then runs as a packed one: otherwise
 // every thread re-packs each panel for each of its row chunks (measured 2048^3, 2
@@ -191,6 +183,10 @@ bool pack_once_view(const GemmParams& p, PackedMatrix* m) {
   return m->n_panels() * m->panel_bytes <= kPackOnceMaxBytes;
 }
 
+// Sized for either plan so the caller's workspace does not depend on the implementation,
+// and for every thread the caller allows (not only those this M keeps busy), so the size
+// never shrinks as M grows: grouped GEMMs size one workspace from their largest group.
+// + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t plan_workspace_bytes(const GemmParams& p) {
   size_t per = make_plan(p, false).per_thread;
   if (amx_eligible(p)) per = std::max(per, make_plan(p, true).per_thread);
@@ -203,7 +199,8 @@ size_t workspace_bytes(const GemmParams& p) {
   GemmParams q = p;
   q.b = {};
   q.packed_b = &m;
-  return align_up(size_t(m.n_panels() * m.panel_bytes)) + plan_workspace_bytes(q);
+  // Never below the unpacked size, so the size stays monotonic in M across the switch.
+  return std::max(plan_workspace_bytes(p), align_up(size_t(m.n_panels() * m.panel_bytes)) + plan_workspace_bytes(q));
 }
 
 struct ThreadRange {
