@@ -321,7 +321,7 @@ struct DecodeJobs {
   // sequence in one job, at most 8 rows per KV head, slices of adjacent heads adjacent.
   bool all_heads_fit() const {
     return cfg.bf16 && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= kMaxRows &&
-           G * Sq <= 8 && k_hs == cfg.D && v_hs == cfg.Dv;
+           G * Sq <= kDecodeRows && k_hs == cfg.D && v_hs == cfg.Dv;
   }
   int64_t total() const { return B * per_seq(); }
   int64_t row_id(int64_t b, int64_t i, int64_t h) const { return (b * Sq + i) * Nq + h; }
@@ -478,13 +478,14 @@ void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse, float* acc)
   if (lse) *lse = m + float(std::log(sum));
 }
 
-// Merges split partials row by row.
+// Merges split partials row by row; each thread accumulates in its job scratch
+// (ws + thread * per_thread, free again once the jobs are done).
 template <class T>
-void merge_rows(const DecodeJobs& d) {
+void merge_rows(const DecodeJobs& d, uint8_t* ws, size_t per_thread) {
   const int64_t Dv = d.cfg.Dv;
 #pragma omp parallel num_threads(num_threads())
   {
-    std::vector<float> acc(static_cast<size_t>(Dv));
+    float* acc = reinterpret_cast<float*>(ws + size_t(omp_get_thread_num()) * per_thread);
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < d.rows_total(); ++row) {
       const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
@@ -493,7 +494,7 @@ void merge_rows(const DecodeJobs& d) {
       float* lse = d.lse->empty() ? nullptr
                                   : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
       merge_row(d.splits, Dv, [&](int64_t sp) { return std::pair<const float*, float>(d.part_of(row, sp), d.part_of(row, sp)[Dv]); }, o,
-                lse, acc.data());
+                lse, acc);
     }
   }
 }
@@ -514,8 +515,8 @@ Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op)
   c.partial = d.splits > 1;
   run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job) { d.make(idx, job); });
   if (d.splits > 1) {
-    if (d.cfg.bf16) merge_rows<uint16_t>(d);
-    else merge_rows<float>(d);
+    if (d.cfg.bf16) merge_rows<uint16_t>(d, base, per_thread);
+    else merge_rows<float>(d, base, per_thread);
   }
   return Status::Ok();
 }

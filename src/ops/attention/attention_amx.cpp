@@ -26,12 +26,7 @@
 namespace optx::attn_detail::amx {
 namespace {
 using simd_type = simd::Avx512Bf16;
-}
-}  // namespace optx::attn_detail::amx
-
-namespace optx::attn_detail::amx {
-namespace {
-struct alignas(64) TileConfig {
+struct alignas(64) TileConfig {  // also loaded by the few-row decode kernel's AMX scores
   uint8_t palette_id, start_row, reserved[14];
   uint16_t colsb[16];
   uint8_t rows[16];

@@ -11,8 +11,6 @@
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
 
-constexpr int kDecodeRows = 8;  // jobs with at most this many rows take run_job_decode
-
 // bf16 with D and Dv multiples of 32, no softcap / mask / bias tensor.
 bool supported(const Config& c, const Job& j) {
   if (!c.bf16 || c.D % 32 || c.Dv % 32 || c.softcap > 0.0f || c.D > kMaxHeadDim || c.Dv > kMaxHeadDim) return false;
@@ -101,7 +99,7 @@ OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m51
 // bound by one core's read rate over 32 KiB blocks at random places (see README).
 template <int R>
 void run_job_decode(const Config& c, const Job& j, float* scratch) {
-  constexpr int64_t kBlock = 64;
+  constexpr int64_t kBlock = kKvBlock;
   constexpr int kCh = R <= 4 ? 64 : 32;  // accumulator columns per pass: R * kCh / 16 <= 16 zmm
   const int64_t D = c.D, Dv = c.Dv;
   // j.groups KV heads of R rows each (rows g*R .. g*R+R-1 read slice g of each cache row).

@@ -19,6 +19,7 @@
 namespace optx::attn_detail {
 
 inline constexpr int kMaxRows = 32;
+inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
 inline constexpr int64_t kKvBlock = 64;
 inline constexpr int64_t kMaxHeadDim = 1024;
 
