@@ -131,7 +131,7 @@ struct MoeForwardParams {
   TensorView router;                // [E, H] f32 router weights (logits = x . router^T); or
   const PackedMatrix* packed_router = nullptr;  // the same packed once with pack_weights
                                     // (then router stays empty): the unpacked router is
-                                    // re-packed for every row chunk of every call
+                                    // packed again by every call
   TensorView bias;                  // [E] f32 selection bias; may be empty
   int64_t top_k = 6;
   MoeScore score = MoeScore::kSoftmax;

@@ -28,16 +28,15 @@ constexpr int64_t kMinTileRows = 128;
 constexpr double kStreamRows = 16;
 
 Status check_groups(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, bool counts,
-                    int64_t N_expected_cols, int64_t* total, int64_t* nonempty) {
+                    int64_t N_expected_cols) {
   OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true));
   if (!w || w->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
   const int64_t E = w->count();
   OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64));
   const int64_t* o = static_cast<const int64_t*>(offs.data);
-  int64_t prev = 0, filled = 0;
+  int64_t prev = 0;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t end = counts ? prev + o[g] : o[g];
-    filled += end > prev;
     if (end < prev || end > x.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "] gives rows up to ", end, " (previous ", prev,
                    "), beyond x's ", x.sizes[0], " rows or decreasing");
@@ -47,8 +46,6 @@ Status check_groups(const char* op, const TensorView& x, const PackedWeights* w,
       return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", N_expected_cols);
     prev = end;
   }
-  *total = prev;
-  *nonempty = filled;
   return Status::Ok();
 }
 
@@ -61,7 +58,6 @@ struct Job {
   bool counts = false;
   TensorView out;
   GemmActivation act = GemmActivation::kNone;
-  int64_t nonempty = 0;
 };
 
 GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
@@ -107,10 +103,7 @@ Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats,
     double cost;
   };
   const int nt = num_threads();
-  int64_t nonempty = 0;
-  for (const Job& j : jobs) nonempty += j.nonempty;
-  const bool queue = nt > 1 && nonempty >= int64_t(kQueueItemsPerThread) * nt;
-  std::vector<Item> items;
+  std::vector<Item> items;  // one per non-empty group
   double total_cost = 0;
   for (size_t ji = 0; ji < jobs.size(); ++ji) {
     const Job& j = jobs[ji];
@@ -124,6 +117,7 @@ Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats,
       begin = end;
     }
   }
+  const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
   if (queue) {
     const double fair = total_cost / (4.0 * nt);
     std::vector<Item> cut;
@@ -145,7 +139,7 @@ Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats,
   };
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  std::vector<double> busy(size_t(nt), 0.0);
+  std::vector<double> busy(stats ? size_t(nt) : 0, 0.0);  // per thread, only when asked for
   auto account = [&] {
     if (!stats) return;
     stats->wall_s += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -174,7 +168,7 @@ Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats,
       Status st = run(items[i], mine);
       if (!st.ok() && !failed.exchange(true)) first_error = std::move(st);
     }
-    busy[size_t(t)] = std::chrono::duration<double>(Clock::now() - start).count();
+    if (stats) busy[size_t(t)] = std::chrono::duration<double>(Clock::now() - start).count();
   }
   account();
   return first_error;
@@ -204,8 +198,7 @@ struct SwigluPart {
   int64_t I = 0;
   bool fused = true;
   int64_t buf_cols = 0;  // 0, I or 2I
-  size_t buf_bytes = 0;
-  float* buf = nullptr;
+  size_t buf_bytes = 0;  // the f32 buffer is job.out when buf_cols > 0
   TensorView out, out_scales;
 };
 
@@ -224,24 +217,34 @@ SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
   return s;
 }
 
+// After an item's GEMM, per row: SwiGLU of [gate | up] (unfused widths), written straight
+// to out, or in place over gate when it is then quantised; i8 out quantises the row.
 void swiglu_rows(const SwigluPart& s, int64_t begin, int64_t end) {
   if (!s.buf_cols) return;
   const int64_t I = s.I;
-  const bool quant = s.out.dtype == DType::kI8;
-  for_rows(begin, end, [&](int64_t r) {
-    float* g = s.buf + r * s.buf_cols;
-    if (!s.fused) {
-      for (int64_t i = 0; i < I; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * g[I + i];  // in place over gate
-      if (!quant) {
-        for (int64_t i = 0; i < I; ++i) {
-          if (s.out.dtype == DType::kBF16) static_cast<uint16_t*>(s.out.data)[r * I + i] = f32_to_bf16(g[i]);
-          else static_cast<float*>(s.out.data)[r * I + i] = g[i];
-        }
-        return;
-      }
-    }
-    numerics::quantize_row_i8(g, I, static_cast<int8_t*>(s.out.data) + r * I, static_cast<float*>(s.out_scales.data) + r);
-  });
+  float* buf = static_cast<float*>(s.job.out.data);
+  auto silu_mul = [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; };
+  switch (s.out.dtype) {
+    case DType::kBF16:
+      return for_rows(begin, end, [&](int64_t r) {
+        const float* g = buf + r * s.buf_cols;
+        uint16_t* o = static_cast<uint16_t*>(s.out.data) + r * I;
+        for (int64_t i = 0; i < I; ++i) o[i] = f32_to_bf16(silu_mul(g[i], g[I + i]));
+      });
+    case DType::kF32:
+      return for_rows(begin, end, [&](int64_t r) {
+        const float* g = buf + r * s.buf_cols;
+        float* o = static_cast<float*>(s.out.data) + r * I;
+        for (int64_t i = 0; i < I; ++i) o[i] = silu_mul(g[i], g[I + i]);
+      });
+    default:  // i8
+      return for_rows(begin, end, [&](int64_t r) {
+        float* g = buf + r * s.buf_cols;
+        if (!s.fused)
+          for (int64_t i = 0; i < I; ++i) g[i] = silu_mul(g[i], g[I + i]);
+        numerics::quantize_row_i8(g, I, static_cast<int8_t*>(s.out.data) + r * I, static_cast<float*>(s.out_scales.data) + r);
+      });
+  }
 }
 
 }  // namespace
@@ -262,12 +265,9 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
   std::vector<Job> jobs;
   for (const GroupedMatmulParams& p : parts) {
     if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-    Job j = plain_job(p);
-    int64_t total = 0;
-    OPTX_RETURN_IF_ERROR(
-        check_groups(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n, &total, &j.nonempty));
+    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n));
     OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
-    jobs.push_back(j);
+    jobs.push_back(plain_job(p));
   }
   return run_jobs(op, jobs, stats, ws, [](size_t, int64_t, int64_t) {});
 }
@@ -289,24 +289,22 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   // Validate every part, then plan each once: the sizing, the buffers and the schedule
   // all come from the same parts.
   std::vector<SwigluPart> sp;
-  std::vector<Job> jobs;
   size_t bufs = 0;
   for (const GroupedMatmulSwigluParams& p : parts) {
     if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
     const int64_t N2 = (*p.weights)[0].n;
     if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
-    int64_t total = 0, nonempty = 0;
-    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, N2, &total, &nonempty));
+    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, N2));
     const bool quant = p.out.dtype == DType::kI8;
     OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], N2 / 2, !quant));
     if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.out_scales, "out_scales", p.x.sizes[0], DType::kF32));
     else if (!p.out_scales.empty())
       return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
     sp.push_back(swiglu_part(p));
-    sp.back().job.nonempty = nonempty;
-    jobs.push_back(sp.back().job);
     bufs += sp.back().buf_bytes;
   }
+  std::vector<Job> jobs;
+  for (const SwigluPart& s : sp) jobs.push_back(s.job);
   const size_t need = kAlign + bufs + jobs_ws(jobs);  // as grouped_matmul_swiglu_workspace_size
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
@@ -314,8 +312,7 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.size(); ++i) {
     if (!sp[i].buf_cols) continue;
-    sp[i].buf = reinterpret_cast<float*>(at);
-    jobs[i].out.data = sp[i].buf;
+    sp[i].job.out.data = jobs[i].out.data = at;
     at += sp[i].buf_bytes;
   }
   const size_t used = size_t(at - static_cast<uint8_t*>(ws.data));

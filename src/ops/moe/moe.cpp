@@ -3,13 +3,10 @@
 // caller's workspace.
 #include "optx/moe.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "dispatch/registry.h"
 #include "numerics/quant_i8.h"

@@ -6,7 +6,6 @@
 //   finalize: out = sum_j w * y + sh_out
 #include <algorithm>
 #include <array>
-#include <cstring>
 
 #include "ops/moe/moe_internal.h"
 
@@ -40,7 +39,7 @@ Layout layout_of(const MoeForwardParams& p) {
     off = align_up(off + bytes);
     return at;
   };
-  l.xf = take(size_t(l.T * l.H) * 4);
+  l.xf = take(p.x.dtype == DType::kBF16 ? size_t(l.T * l.H) * 4 : 0);  // f32 x is read in place
   l.logits = take(size_t(l.T * l.E) * 4);
   l.ids = take(N * 4);
   l.wts = take(N * 4);
@@ -115,11 +114,15 @@ Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   const Workspace scratch{at(l.scratch), l.total - l.scratch - kAlign};
   const DType dt = p.x.dtype;
   const int64_t T = l.T, H = l.H, E = l.E, k = l.k, N = T * k;
-  // Router in f32 (DeepSeek computes router logits in f32).
-  float* xf = static_cast<float*>(at(l.xf));
+  // Router in f32 (DeepSeek computes router logits in f32): bf16 x widened once.
+  void* xf = p.x.data;
+  if (dt == DType::kBF16) {
+    float* w = static_cast<float*>(at(l.xf));
+    const uint16_t* xb = static_cast<const uint16_t*>(p.x.data);
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (T * H > (1 << 16))
-  for (int64_t i = 0; i < T * H; ++i)
-    xf[i] = dt == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(p.x.data)[i]) : static_cast<const float*>(p.x.data)[i];
+    for (int64_t i = 0; i < T * H; ++i) w[i] = bf16_to_f32(xb[i]);
+    xf = w;
+  }
   OPTX_RETURN_IF_ERROR(gemm(router_gemm(p, xf, at(l.logits)), scratch));
   OPTX_RETURN_IF_ERROR(moe_gating_topk({.logits = make_view(at(l.logits), DType::kF32, {T, E}), .bias = p.bias,
                                         .topk_ids = make_view(at(l.ids), DType::kI32, {T, k}),

@@ -584,6 +584,7 @@ TEST(MoeBadInput, MessagesNameTheArgument) {
   f.packed_router = &Wbad[0];
   EXPECT_NE(moe_forward(f, {ws.data(), ws.size()}).message().find("packed_router has K=3 but x has H=4"), std::string::npos);
   f.packed_router = &Wr[0];
+  ASSERT_LE(moe_forward_workspace_size(f), ws.size());
   EXPECT_TRUE(moe_forward(f, {ws.data(), moe_forward_workspace_size(f)}).ok());
 }
 
