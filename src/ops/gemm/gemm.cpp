@@ -32,11 +32,6 @@ constexpr const char* kOp = "gemm";
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kAmxMinRows = 4;
-// AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 1024, alternating
-// call by call in one process: one C tile round trip fewer per 2048 of K gains 1-2% on
-// packed bf16 GEMMs (2048^3: 811 -> 824 and 729 -> 738 GFLOP/s; 1024 x 2048 x 7168: 725 ->
-// 733); moe_forward T = 128 / 1024 unchanged; 4096 and 8192 no better.
-constexpr int64_t kAmxKc = 2048;
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;
@@ -65,7 +60,7 @@ struct Plan {
   int threads = 1;
   bool split_n = true;
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
-  bool amx = false;     // AMX blocks: mc and packed A in 32-row, 32-k units
+  bool amx = false;     // AMX blocks: mc in 32-row units, packed A padded to 16 rows and 32 k
   int64_t k32 = 0, lda_amx = 0;
   size_t acc_off = 0, up_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
 };
@@ -165,21 +160,16 @@ bool amx_eligible(const GemmParams& p) {
   return p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16 && p.a.sizes[0] >= kAmxMinRows;
 }
 
-// An unpacked f32 / bf16 B with enough rows of A is packed once per call into the
-// workspace, in pack_weights' layout, and the call then runs as a packed one: otherwise
-// every thread re-packs each panel for each of its row chunks (measured 2048^3, 2
-// threads: bf16 308 GFLOP/s unpacked vs 716 packed, f32 120 vs 208). Few rows reuse
-// nothing and stream B once anyway; very large B would make the workspace huge.
-constexpr int64_t kPackOnceMinRows = 64;
+// An unpacked f32 / bf16 B whose plan has several row chunks is packed once per call into
+// the workspace, in pack_weights' layout, and the call then runs as a packed one:
+// otherwise each panel is packed again for every row chunk (measured 2048^3, 2 threads:
+// bf16 308 GFLOP/s unpacked vs 716 packed, f32 120 vs 208; gemm README). One chunk packs
+// each panel once anyway; very large B would make the workspace huge.
 constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
-bool pack_once_view(const GemmParams& p, PackedMatrix* m) {
-  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || p.a.sizes[0] < kPackOnceMinRows) return false;
-  m->dtype = p.b.dtype;
-  m->n = b_rows_n(p);
-  m->k = p.a.sizes[1];
-  m->k_padded = m->dtype == DType::kBF16 ? (m->k + kAmxK - 1) / kAmxK * kAmxK : m->k;
-  m->panel_bytes = m->k_padded * kNR * int64_t(dtype_size(m->dtype));
+bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
+  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx).n_ic < 2) return false;
+  *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1]);
   return m->n_panels() * m->panel_bytes <= kPackOnceMaxBytes;
 }
 
@@ -195,7 +185,7 @@ size_t plan_workspace_bytes(const GemmParams& p) {
 
 size_t workspace_bytes(const GemmParams& p) {
   PackedMatrix m;
-  if (!pack_once_view(p, &m)) return plan_workspace_bytes(p);
+  if (!pack_once_view(p, false, &m) && !(amx_eligible(p) && pack_once_view(p, true, &m))) return plan_workspace_bytes(p);
   GemmParams q = p;
   q.b = {};
   q.packed_b = &m;
@@ -369,7 +359,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   }
 }
 
-// AMX variant of run_thread: 32-row blocks over the whole K, A packed row-major bf16.
+// AMX variant of run_thread: 32-row blocks (a 16-row one last) per K block of kAmxKc, A
+// packed row-major bf16.
 void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, uint8_t* ws,
                     const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
@@ -424,8 +415,10 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 
 template <const KernelTable& (*Table)()>
 Status run_blocked(const GemmParams& p, Workspace ws) {
+  const KernelTable& kt = Table();
+  const bool use_amx = kt.amx_block && amx_eligible(p);
   PackedMatrix m;
-  if (pack_once_view(p, &m)) {
+  if (pack_once_view(p, use_amx, &m)) {
     uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
     m.data = base;
     const int64_t np = m.n_panels();
@@ -437,8 +430,6 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  const KernelTable& kt = Table();
-  const bool use_amx = kt.amx_block && amx_eligible(p);
   const Plan pl = make_plan(p, use_amx);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;

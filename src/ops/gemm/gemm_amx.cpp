@@ -43,18 +43,32 @@ void configure() {
 // B streams through tmm6-7 twice per k-step. Each A tile feeds four tdpbf16ps; at small M
 // the B stream (4 KiB per k-step) comes from DRAM, so the next step's lines are
 // prefetched into L1 while this step computes.
-void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, float* c, bool accumulate) {
+// C tiles tmm0-3 from / to the f32 acc block (row stride kNR) at four element offsets:
+// the 1 x 4 tiles of a 16-row block or the 2 x 2 of a 32-row block's column half.
+OPTX_ALWAYS_INLINE void c_tiles_in(float* c, const int64_t (&off)[4], bool accumulate) {
   if (accumulate) {
-    _tile_loadd(0, c, kNR * 4);
-    _tile_loadd(1, c + 16, kNR * 4);
-    _tile_loadd(2, c + 32, kNR * 4);
-    _tile_loadd(3, c + 48, kNR * 4);
+    _tile_loadd(0, c + off[0], kNR * 4);
+    _tile_loadd(1, c + off[1], kNR * 4);
+    _tile_loadd(2, c + off[2], kNR * 4);
+    _tile_loadd(3, c + off[3], kNR * 4);
   } else {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
   }
+}
+OPTX_ALWAYS_INLINE void c_tiles_out(float* c, const int64_t (&off)[4]) {
+  _tile_stored(0, c + off[0], kNR * 4);
+  _tile_stored(1, c + off[1], kNR * 4);
+  _tile_stored(2, c + off[2], kNR * 4);
+  _tile_stored(3, c + off[3], kNR * 4);
+}
+constexpr int64_t kRow1x4[4] = {0, 16, 32, 48};
+constexpr int64_t kHalf2x2[4] = {0, 16, 16 * kNR, 16 * kNR + 16};
+
+void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, float* c, bool accumulate) {
+  c_tiles_in(c, kRow1x4, accumulate);
   const int64_t lda_bytes = lda * 2;
   for (int64_t ks = 0; ks < kc; ks += 32) {
     const uint8_t* bk = b + (ks / 2) * 256;
@@ -75,16 +89,13 @@ void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, f
     _tile_dpbf16ps(2, 4, 6);
     _tile_dpbf16ps(3, 4, 7);
   }
-  _tile_stored(0, c, kNR * 4);
-  _tile_stored(1, c + 16, kNR * 4);
-  _tile_stored(2, c + 32, kNR * 4);
-  _tile_stored(3, c + 48, kNR * 4);
+  c_tiles_out(c, kRow1x4);
 }
 
 void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc, bool accumulate) {
   if (!t_configured) configure();
   const uint8_t* b = static_cast<const uint8_t*>(bv);
-  if (rows == 16) {
+  if (rows == kAmxTileRows) {
     amx_block16(kc, a, lda, b, acc, accumulate);
     return;
   }
@@ -93,17 +104,7 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
   const uint16_t* a_hi = a + 16 * lda;
   for (int h = 0; h < 2; ++h) {
     float* c = acc + h * 32;
-    if (accumulate) {
-      _tile_loadd(0, c, kNR * 4);
-      _tile_loadd(1, c + 16, kNR * 4);
-      _tile_loadd(2, c + 16 * kNR, kNR * 4);
-      _tile_loadd(3, c + 16 * kNR + 16, kNR * 4);
-    } else {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-    }
+    c_tiles_in(c, kHalf2x2, accumulate);
     const uint8_t* bh = b + h * 128;
     for (int64_t ks = 0; ks < kc; ks += 32) {
       const uint8_t* bk = bh + (ks / 2) * 256;
@@ -128,10 +129,7 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, c, kNR * 4);
-    _tile_stored(1, c + 16, kNR * 4);
-    _tile_stored(2, c + 16 * kNR, kNR * 4);
-    _tile_stored(3, c + 16 * kNR + 16, kNR * 4);
+    c_tiles_out(c, kHalf2x2);
   }
 }
 

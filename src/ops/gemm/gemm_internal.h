@@ -12,6 +12,9 @@ namespace optx::gemm_detail {
 // (see PackedMatrix), zero-filling columns past N and, for bf16, the odd half of a final
 // incomplete pair. k0 is even for bf16. b is [N, K] or, with kn, [K, N].
 void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst);
+// The packed layout of an N x K matrix of dtype (no data): K padded to whole AMX k-steps
+// for bf16 so tile loads never leave a panel.
+PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k);
 // 64 per-column scales of panel j (zero past N).
 void pack_scales(const TensorView& scales, int64_t j, float* dst);
 

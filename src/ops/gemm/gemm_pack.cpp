@@ -40,6 +40,16 @@ void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
   }
 }
 
+PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k) {
+  PackedMatrix m;
+  m.dtype = dtype;
+  m.n = n;
+  m.k = k;
+  m.k_padded = dtype == DType::kBF16 ? (k + kAmxK - 1) / kAmxK * kAmxK : k;
+  m.panel_bytes = m.k_padded * kNR * int64_t(dtype_size(dtype));
+  return m;
+}
+
 void pack_scales(const TensorView& scales, int64_t j, float* dst) {
   const int64_t N = scales.sizes[0];
   const float* s = static_cast<const float*>(scales.data);
@@ -117,10 +127,8 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   }
 
   const size_t esize = dtype_size(w.dtype);
-  // bf16 panels are padded to whole AMX k-steps so tile loads never leave the panel.
-  const int64_t k_padded = w.dtype == DType::kBF16 ? (K + gemm_detail::kAmxK - 1) / gemm_detail::kAmxK * gemm_detail::kAmxK : K;
-  const int64_t n_panels = (N + gemm_detail::kNR - 1) / gemm_detail::kNR;
-  const int64_t panel_bytes = k_padded * gemm_detail::kNR * int64_t(esize);
+  const PackedMatrix layout = gemm_detail::packed_layout(w.dtype, N, K);
+  const int64_t n_panels = layout.n_panels(), k_padded = layout.k_padded, panel_bytes = layout.panel_bytes;
   const size_t mat_bytes = size_t(n_panels * panel_bytes);
   const size_t scale_bytes = is_i8 ? size_t(n_panels * gemm_detail::kNR) * sizeof(float) : 0;
   const size_t per_mat = (mat_bytes + scale_bytes + kAlign - 1) / kAlign * kAlign;
@@ -137,11 +145,7 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   for (int64_t e = 0; e < E; ++e) {
     uint8_t* base_ptr = static_cast<uint8_t*>(result.storage_) + size_t(e) * per_mat;
     PackedMatrix& m = result.mats_[e];
-    m.dtype = w.dtype;
-    m.n = N;
-    m.k = K;
-    m.k_padded = k_padded;
-    m.panel_bytes = panel_bytes;
+    m = layout;
     m.data = base_ptr;
     m.scales = is_i8 ? reinterpret_cast<const float*>(base_ptr + mat_bytes) : nullptr;
   }

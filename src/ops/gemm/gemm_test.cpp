@@ -7,6 +7,7 @@
 #include <tuple>
 #include <limits>
 
+#include "ops/gemm/gemm_kernels.h"
 #include "ops/gemm/gemm_testutil.h"
 
 namespace optx::gemm_detail {
@@ -47,7 +48,7 @@ std::vector<Case> edge_cases() {
   // blocks (2048 + a tail: the second block accumulates onto the first).
   for (auto [M, N, K] : {std::tuple{1023, 7, 17}, {7, 1023, 17}, {17, 7, 1023}, {2, 65, 300}, {6, 64, 256},
                          {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33},
-                         {36, 70, 2100}}) {
+                         {36, 70, int(kAmxKc) + 52}}) {
     for (const auto& t : combos) {
       Case c;
       c.M = M, c.N = N, c.K = K;
@@ -159,12 +160,17 @@ TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
         std::vector<uint8_t> b(size_t(N * K) * dtype_size(dt));
         PackedWeights pw;
         ASSERT_TRUE(pack_weights({.w = make_view(b.data(), dt, {N, K})}, &pw).ok());
-        size_t prev = 0;
-        for (int64_t M = 1; M <= 1100; ++M) {
-          GemmParams p{.a = make_view(b.data(), dt, {M, K}), .packed_b = &pw[0], .c = make_view(b.data(), DType::kF32, {M, N})};
-          const size_t ws = gemm_workspace_size(p);
-          ASSERT_GE(ws, prev) << dtype_name(dt) << " K=" << K << " threads=" << threads << " M=" << M;
-          prev = ws;
+        // Packed, and unpacked (which switches to packing B once as the row chunks grow).
+        for (bool packed : {true, false}) {
+          size_t prev = 0;
+          for (int64_t M = 1; M <= 1100; ++M) {
+            GemmParams p{.a = make_view(b.data(), dt, {M, K}), .c = make_view(b.data(), DType::kF32, {M, N})};
+            if (packed) p.packed_b = &pw[0];
+            else p.b = make_view(b.data(), dt, {N, K});
+            const size_t ws = gemm_workspace_size(p);
+            ASSERT_GE(ws, prev) << dtype_name(dt) << " K=" << K << " threads=" << threads << " M=" << M << " packed=" << packed;
+            prev = ws;
+          }
         }
       }
   set_num_threads(0);
