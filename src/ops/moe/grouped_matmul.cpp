@@ -272,16 +272,26 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
   return run_jobs(op, jobs, stats, ws, [](size_t, int64_t, int64_t) {});
 }
 
-size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
-  std::vector<Job> jobs;
+namespace {
+// [aligned f32 buffers of the parts that need one][the GEMMs' workspace] + aligning the base.
+size_t swiglu_ws(std::span<const SwigluPart> sp, std::vector<Job>* jobs) {
   size_t bufs = 0;
+  for (const SwigluPart& s : sp) {
+    bufs += s.buf_bytes;
+    jobs->push_back(s.job);
+  }
+  return kAlign + bufs + jobs_ws(*jobs);
+}
+}  // namespace
+
+size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
+  std::vector<SwigluPart> sp;
   for (const GroupedMatmulSwigluParams& p : parts) {
     if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
-    const SwigluPart s = swiglu_part(p);
-    bufs += s.buf_bytes;
-    jobs.push_back(s.job);
+    sp.push_back(swiglu_part(p));
   }
-  return kAlign + bufs + jobs_ws(jobs);  // + aligning the base
+  std::vector<Job> jobs;
+  return swiglu_ws(sp, &jobs);
 }
 
 Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, ScheduleStats* stats, Workspace ws) {
@@ -289,7 +299,6 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   // Validate every part, then plan each once: the sizing, the buffers and the schedule
   // all come from the same parts.
   std::vector<SwigluPart> sp;
-  size_t bufs = 0;
   for (const GroupedMatmulSwigluParams& p : parts) {
     if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
     const int64_t N2 = (*p.weights)[0].n;
@@ -301,14 +310,11 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
     else if (!p.out_scales.empty())
       return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
     sp.push_back(swiglu_part(p));
-    bufs += sp.back().buf_bytes;
   }
   std::vector<Job> jobs;
-  for (const SwigluPart& s : sp) jobs.push_back(s.job);
-  const size_t need = kAlign + bufs + jobs_ws(jobs);  // as grouped_matmul_swiglu_workspace_size
+  const size_t need = swiglu_ws(sp, &jobs);
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
-  // [aligned f32 buffers of the parts that need one][the GEMMs' workspace]
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.size(); ++i) {
     if (!sp[i].buf_cols) continue;
