@@ -33,7 +33,7 @@ void mla_token_t(const MlaArgs& a, int64_t t) {
   // Prefetch two rows ahead: kv rows are 1.1 KiB, one ahead arrives late (alternating
   // runs: 15.7-17.1 -> 17.7-20.6 GB/s).
   const T* next = t + 2 < a.T ? src + 2 * a.ldkv : nullptr;
-  nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next, static_cast<const T*>(nullptr));
+  nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next);
   const int64_t pos = a.rope.position(t);
   const float* c = a.rope.cos + pos * a.rope.cs_stride;
   const float* s = a.rope.sin + pos * a.rope.cs_stride;

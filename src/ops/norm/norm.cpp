@@ -60,14 +60,13 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
 
 template <const Kernels& (*K)(), bool kAdd>
 Status run_rows(const Rows& r) {
-  const auto row = kAdd ? K().add_rms_norm_row : K().rms_norm_row;
-  const auto finish = K().finish;
+  const auto rows = kAdd ? K().add_rms_norm_rows : K().rms_norm_rows;
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), r.T)));
+  // Contiguous row ranges: each thread pipelines its rows (see norm_kernels_inl.h).
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < r.T; ++t) row(r, t);
-    finish();
+    const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+    rows(r, r.T * i / n, r.T * (i + 1) / n);
   }
   return Status::Ok();
 }

@@ -6,7 +6,7 @@
 
 namespace optx::norm_detail {
 const Kernels& kernels_avx2() {
-  static const Kernels k{avx2::rms_norm_row<simd::Avx2>, avx2::add_rms_norm_row<simd::Avx2>, avx2::finish<simd::Avx2>};
+  static const Kernels k{avx2::rms_norm_rows<simd::Avx2>, avx2::add_rms_norm_rows<simd::Avx2>};
   return k;
 }
 }  // namespace optx::norm_detail

@@ -6,7 +6,7 @@
 
 namespace optx::norm_detail {
 const Kernels& kernels_avx512() {
-  static const Kernels k{avx512::rms_norm_row<simd::Avx512>, avx512::add_rms_norm_row<simd::Avx512>, avx512::finish<simd::Avx512>};
+  static const Kernels k{avx512::rms_norm_rows<simd::Avx512>, avx512::add_rms_norm_rows<simd::Avx512>};
   return k;
 }
 }  // namespace optx::norm_detail

@@ -6,7 +6,7 @@
 
 namespace optx::norm_detail {
 const Kernels& kernels_avx512_bf16() {
-  static const Kernels k{avx512_bf16::rms_norm_row<simd::Avx512Bf16>, avx512_bf16::add_rms_norm_row<simd::Avx512Bf16>, avx512_bf16::finish<simd::Avx512Bf16>};
+  static const Kernels k{avx512_bf16::rms_norm_rows<simd::Avx512Bf16>, avx512_bf16::add_rms_norm_rows<simd::Avx512Bf16>};
   return k;
 }
 }  // namespace optx::norm_detail

@@ -27,9 +27,9 @@ struct Rows {
 inline constexpr int64_t kStreamBytes = int64_t(8) << 20;
 
 struct Kernels {
-  void (*rms_norm_row)(const Rows& r, int64_t t);
-  void (*add_rms_norm_row)(const Rows& r, int64_t t);
-  void (*finish)();  // once per thread after its rows: orders streaming stores
+  // Rows [t0, t1) in order, by one thread; streaming stores are fenced before return.
+  void (*rms_norm_rows)(const Rows& r, int64_t t0, int64_t t1);
+  void (*add_rms_norm_rows)(const Rows& r, int64_t t0, int64_t t1);
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

@@ -1,10 +1,10 @@
 // RMSNorm row kernels written once over a vector type V (src/simd) and included by each
 // ISA unit inside its own namespace (OPTX_ISA_NS).
 //
-// Both ops share row_sumsq's reduction order (chunk c of W lanes goes to accumulator
-// c % 4; the tail chunk continues the cycle) and scale_row, which is what makes
-// add_rms_norm bitwise equal to "residual += x; rms_norm(residual)".
-// A row of 7168 bf16 is 14 KiB: the second pass over it hits L1, so each element crosses
+// Both ops share one reduction order (chunk c of W lanes goes to accumulator c % 4; the
+// tail chunk continues the cycle) and one scale, which is what makes add_rms_norm bitwise
+// equal to "residual += x; rms_norm(residual)".
+// A row of 7168 bf16 is 14 KiB: the scale re-reads it from L1, so each element crosses
 // the memory bus once per read and once per write.
 #ifndef OPTX_ISA_NS
 #error "define OPTX_ISA_NS before including norm_kernels_inl.h"
@@ -20,65 +20,112 @@ namespace {
 // constant indices: a rotating index made GCC keep the accumulators on the stack, a
 // store-to-load round trip per vector (measured: rms_norm of 512-wide bf16 rows 121 ns per
 // row before, L2-resident).
-template <class V, class T>
-OPTX_ALWAYS_INLINE float row_sumsq(const T* x, int64_t H) {
+template <class V>
+struct SumSq {
   typename V::F a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
-  int64_t i = 0;
-  for (; i + 4 * V::W <= H; i += 4 * V::W) {
-    const auto v0 = V::load(x + i), v1 = V::load(x + i + V::W), v2 = V::load(x + i + 2 * V::W),
-               v3 = V::load(x + i + 3 * V::W);
+
+  OPTX_ALWAYS_INLINE void add4(typename V::F v0, typename V::F v1, typename V::F v2, typename V::F v3) {
     a0 = V::fmadd(v0, v0, a0);
     a1 = V::fmadd(v1, v1, a1);
     a2 = V::fmadd(v2, v2, a2);
     a3 = V::fmadd(v3, v3, a3);
   }
-  // Up to three more whole chunks (to a0, a1, a2), then the partial chunk to the next one.
-  typename V::F* next[4] = {&a0, &a1, &a2, &a3};
-  int c = 0;
-  for (; i + V::W <= H; i += V::W, ++c) {
-    const auto v = V::load(x + i);
-    *next[c] = V::fmadd(v, v, *next[c]);
+  // From element i (a multiple of 4W) to H: up to three more whole chunks (to a0, a1, a2),
+  // then the partial chunk to the next one. get(i) / get(i, n) give the row's values.
+  template <class Get>
+  OPTX_ALWAYS_INLINE float finish(int64_t i, int64_t H, Get get) {
+    int c = 0;
+    for (; i + V::W <= H; i += V::W, ++c) add_to(c, get(i));
+    if (i < H) add_to(c, get(i, int(H - i)));
+    return V::reduce(V::add(V::add(a0, a1), V::add(a2, a3)));
   }
-  if (i < H) {
-    const auto v = V::load(x + i, int(H - i));
-    *next[c] = V::fmadd(v, v, *next[c]);
+  // By branches, not through an array of pointers: taking the accumulators' addresses made
+  // GCC store all four to the stack on every step of the main loop.
+  OPTX_ALWAYS_INLINE void add_to(int c, typename V::F v) {
+    if (c == 0) a0 = V::fmadd(v, v, a0);
+    else if (c == 1) a1 = V::fmadd(v, v, a1);
+    else if (c == 2) a2 = V::fmadd(v, v, a2);
+    else a3 = V::fmadd(v, v, a3);
   }
-  return V::reduce(V::add(V::add(a0, a1), V::add(a2, a3)));
+};
+
+// Software prefetch distance along the next row's streams (it may run past that row's
+// end into the row after, which the following pass reads). The hardware streamer alone
+// left rms_norm below the two-pass version; 2 KiB ahead measured best of 1, 2 and 4 KiB.
+inline constexpr int64_t kPrefetchBytes = 2048;
+
+template <class T, int64_t kBytes>
+OPTX_ALWAYS_INLINE void prefetch_span(const T* p) {
+  for (int64_t b = 0; b < kBytes; b += 64) __builtin_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + b);
 }
+
+template <class V, class T>
+struct LoadRow {
+  const T* x;
+  OPTX_ALWAYS_INLINE void prefetch(int64_t i) const { prefetch_span<T, 4 * V::W * sizeof(T)>(x + i); }
+  OPTX_ALWAYS_INLINE typename V::F operator()(int64_t i) const { return V::load(x + i); }
+  OPTX_ALWAYS_INLINE typename V::F operator()(int64_t i, int n) const { return V::load(x + i, n); }
+};
+
+template <class V, class Get>
+OPTX_ALWAYS_INLINE float sumsq_of(int64_t H, Get get) {
+  SumSq<V> acc;
+  int64_t i = 0;
+  for (; i + 4 * V::W <= H; i += 4 * V::W) acc.add4(get(i), get(i + V::W), get(i + 2 * V::W), get(i + 3 * V::W));
+  return acc.finish(i, H, get);
+}
+
+template <class V, class T>
+OPTX_ALWAYS_INLINE float row_sumsq(const T* x, int64_t H) {
+  return sumsq_of<V>(H, LoadRow<V, T>{x});
+}
+
+// residual += x for one row, rounded to T as stored; yields the stored values (read back
+// through store forwarding) so the statistics see what the residual holds.
+template <class V, class T>
+struct AddInto {
+  T* res;
+  const T* x;
+  OPTX_ALWAYS_INLINE void prefetch(int64_t i) const {
+    prefetch_span<T, 4 * V::W * sizeof(T)>(x + i);
+    prefetch_span<T, 4 * V::W * sizeof(T)>(res + i);
+  }
+  OPTX_ALWAYS_INLINE typename V::F operator()(int64_t i) const {
+    V::store(res + i, V::add(V::load(res + i), V::load(x + i)));
+    return V::load(res + i);
+  }
+  OPTX_ALWAYS_INLINE typename V::F operator()(int64_t i, int n) const {
+    V::store(res + i, V::add(V::load(res + i, n), V::load(x + i, n)), n);
+    return V::load(res + i, n);
+  }
+};
 
 OPTX_ALWAYS_INLINE float inv_rms(float sumsq, int64_t H, float eps) {
   return 1.0f / std::sqrt(sumsq / float(H) + eps);
 }
 
-// The second pass runs from L1 and leaves the memory bus idle unless it asks for the next
-// row meanwhile: pf0 / pf1 (the next row's inputs, or nullptr) are prefetched alongside,
-// one line per 64 bytes of this row. Without it the two passes serialise memory and
-// compute (measured: rms_norm bf16 4096 x 7168 at 13 GB/s).
+// A row's scale on its own (a thread's last row; kv_cache's latent rows). It runs from L1
+// and leaves the memory bus idle unless it asks for the next row meanwhile: pf (the next
+// row, or nullptr) is prefetched alongside, one line per 64 bytes of this row.
 //
 // stream: write out with non-temporal stores (where out is aligned) — for outputs too big
 // to stay in cache, whose lines would otherwise be read from DRAM before being written.
 template <class V, class T>
-OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out, const T* pf0,
-                                  const T* pf1, bool stream = false) {
+OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out, const T* pf,
+                                  bool stream = false) {
   const auto s = V::set1(inv);
   int64_t i = 0;
   constexpr int64_t kLine = 64 / sizeof(T);
   if (stream && reinterpret_cast<uintptr_t>(out) % V::kStreamAlign == 0) {
     for (; i + 2 * V::W <= H; i += 2 * V::W) {
-      if (i % kLine == 0) {
-        if (pf0) __builtin_prefetch(pf0 + i);
-        if (pf1) __builtin_prefetch(pf1 + i);
-      }
+      if (pf && i % kLine == 0) __builtin_prefetch(pf + i);
       const auto y0 = V::mul(V::mul(V::load(x + i), s), V::load(w + i));
       const auto y1 = V::mul(V::mul(V::load(x + i + V::W), s), V::load(w + i + V::W));
       V::store_stream2(out + i, y0, y1);
     }
   }
   for (; i + V::W <= H; i += V::W) {
-    if (i % kLine == 0) {
-      if (pf0) __builtin_prefetch(pf0 + i);
-      if (pf1) __builtin_prefetch(pf1 + i);
-    }
+    if (pf && i % kLine == 0) __builtin_prefetch(pf + i);
     V::store(out + i, V::mul(V::mul(V::load(x + i), s), V::load(w + i)));
   }
   if (i < H) {
@@ -87,48 +134,97 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
   }
 }
 
+// One pass that writes row t and reads row t + 1: the scale runs from L1 while the next
+// row streams in, so every step moves one line in and one line out, the pattern of a
+// copy loop. Two passes per row (statistics, then scale with the next row prefetched)
+// left memory idle during the first and bursted the prefetches in the second (measured,
+// bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
+// does its residual update for add_rms_norm); returns their sum of squares in
+// row_sumsq's order.
+template <class V, class T, class Next>
+OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv, int64_t H, T* out, bool stream,
+                                              Next next) {
+  const auto s = V::set1(inv);
+  const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
+  stream = stream && reinterpret_cast<uintptr_t>(out) % V::kStreamAlign == 0;
+  SumSq<V> acc;
+  int64_t i = 0;
+  for (; i + 4 * V::W <= H; i += 4 * V::W) {
+    const auto y0 = y(i), y1 = y(i + V::W), y2 = y(i + 2 * V::W), y3 = y(i + 3 * V::W);
+    if (stream) {
+      V::store_stream2(out + i, y0, y1);
+      V::store_stream2(out + i + 2 * V::W, y2, y3);
+    } else {
+      V::store(out + i, y0);
+      V::store(out + i + V::W, y1);
+      V::store(out + i + 2 * V::W, y2);
+      V::store(out + i + 3 * V::W, y3);
+    }
+    next.prefetch(i);
+    acc.add4(next(i), next(i + V::W), next(i + 2 * V::W), next(i + 3 * V::W));
+  }
+  int64_t j = i;
+  for (; j + V::W <= H; j += V::W) V::store(out + j, y(j));
+  if (j < H) {
+    const int n = int(H - j);
+    V::store(out + j, V::mul(V::mul(V::load(x + j, n), s), V::load(w + j, n)), n);
+  }
+  return acc.finish(i, H, next);
+}
+
+// Rows [t0, t1) of one thread, each row's statistics gathered while the previous row is
+// written (scale_row_sumsq_next); streaming stores ordered once at the end.
+template <class V, class T, class NextOf>
+OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T* (*row_of)(const Rows&, int64_t),
+                                  float first_sumsq, NextOf next_of) {
+  const T* w = static_cast<const T*>(r.weight);
+  float ss = first_sumsq;
+  for (int64_t t = t0; t < t1; ++t) {
+    const float inv = inv_rms(ss, r.H, r.eps);
+    T* out = static_cast<T*>(r.out) + t * r.ldo;
+    if (t + 1 < t1)
+      ss = scale_row_sumsq_next<V>(row_of(r, t), w, inv, r.H, out, r.stream_out, next_of(t + 1));
+    else
+      scale_row<V>(row_of(r, t), w, inv, r.H, out, static_cast<const T*>(nullptr), r.stream_out);
+  }
+  V::stream_fence();
+}
+
+template <class T>
+const T* x_row(const Rows& r, int64_t t) {
+  return static_cast<const T*>(r.x) + t * r.ldx;
+}
+template <class T>
+const T* res_row(const Rows& r, int64_t t) {
+  return static_cast<const T*>(r.residual) + t * r.ldr;
+}
+
 template <class V, class T>
-void rms_norm_row_t(const Rows& r, int64_t t) {
-  const T* x = static_cast<const T*>(r.x) + t * r.ldx;
-  const float inv = inv_rms(row_sumsq<V>(x, r.H), r.H, r.eps);
-  const T* next = t + 1 < r.T ? x + r.ldx : nullptr;
-  scale_row<V>(x, static_cast<const T*>(r.weight), inv, r.H, static_cast<T*>(r.out) + t * r.ldo, next,
-               static_cast<const T*>(nullptr), r.stream_out);
+void rms_norm_rows_t(const Rows& r, int64_t t0, int64_t t1) {
+  if (t0 >= t1) return;
+  norm_rows<V, T>(r, t0, t1, x_row<T>, row_sumsq<V>(x_row<T>(r, t0), r.H),
+                  [&](int64_t t) { return LoadRow<V, T>{x_row<T>(r, t)}; });
 }
 
 // residual += x, rounded to T as stored; then the norm of the stored values.
 template <class V, class T>
-void add_rms_norm_row_t(const Rows& r, int64_t t) {
-  const T* x = static_cast<const T*>(r.x) + t * r.ldx;
-  T* res = static_cast<T*>(r.residual) + t * r.ldr;
-  int64_t i = 0;
-  for (; i + V::W <= r.H; i += V::W) V::store(res + i, V::add(V::load(res + i), V::load(x + i)));
-  if (i < r.H) {
-    const int n = int(r.H - i);
-    V::store(res + i, V::add(V::load(res + i, n), V::load(x + i, n)), n);
-  }
-  // Re-read the row just written (L1) so the statistics see the rounded values.
-  const float inv = inv_rms(row_sumsq<V>(static_cast<const T*>(res), r.H), r.H, r.eps);
-  const bool more = t + 1 < r.T;
-  scale_row<V>(static_cast<const T*>(res), static_cast<const T*>(r.weight), inv, r.H,
-               static_cast<T*>(r.out) + t * r.ldo, more ? x + r.ldx : nullptr, more ? static_cast<const T*>(res + r.ldr) : nullptr,
-               r.stream_out);
+void add_rms_norm_rows_t(const Rows& r, int64_t t0, int64_t t1) {
+  if (t0 >= t1) return;
+  const auto add_of = [&](int64_t t) {
+    return AddInto<V, T>{static_cast<T*>(r.residual) + t * r.ldr, x_row<T>(r, t)};
+  };
+  norm_rows<V, T>(r, t0, t1, res_row<T>, sumsq_of<V>(r.H, add_of(t0)), add_of);
 }
 
 template <class V>
-void finish() {
-  V::stream_fence();
-}
-
-template <class V>
-void rms_norm_row(const Rows& r, int64_t t) {
-  if (r.bf16) rms_norm_row_t<V, uint16_t>(r, t);
-  else rms_norm_row_t<V, float>(r, t);
+void rms_norm_rows(const Rows& r, int64_t t0, int64_t t1) {
+  if (r.bf16) rms_norm_rows_t<V, uint16_t>(r, t0, t1);
+  else rms_norm_rows_t<V, float>(r, t0, t1);
 }
 template <class V>
-void add_rms_norm_row(const Rows& r, int64_t t) {
-  if (r.bf16) add_rms_norm_row_t<V, uint16_t>(r, t);
-  else add_rms_norm_row_t<V, float>(r, t);
+void add_rms_norm_rows(const Rows& r, int64_t t0, int64_t t1) {
+  if (r.bf16) add_rms_norm_rows_t<V, uint16_t>(r, t0, t1);
+  else add_rms_norm_rows_t<V, float>(r, t0, t1);
 }
 
 }  // namespace

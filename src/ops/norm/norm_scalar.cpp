@@ -6,7 +6,7 @@
 
 namespace optx::norm_detail {
 const Kernels& kernels_scalar() {
-  static const Kernels k{scalar::rms_norm_row<simd::Scalar>, scalar::add_rms_norm_row<simd::Scalar>, scalar::finish<simd::Scalar>};
+  static const Kernels k{scalar::rms_norm_rows<simd::Scalar>, scalar::add_rms_norm_rows<simd::Scalar>};
   return k;
 }
 }  // namespace optx::norm_detail

@@ -23,10 +23,11 @@ struct Case {
   bool out_aliases_x = false;
   float eps = 1e-6f;
   float scale = 1.0f;        // input magnitude
+  bool stream = false;       // non-temporal stores for out (by default only for >= kStreamBytes)
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << " T=" << T << " H=" << H << " pad=" << pad
-       << " alias=" << out_aliases_x << " eps=" << eps << " scale=" << scale;
+       << " alias=" << out_aliases_x << " eps=" << eps << " scale=" << scale << " stream=" << stream;
     return os.str();
   }
 };
@@ -73,6 +74,7 @@ inline Outcome run_case(const dispatch::Impl<NormFn>& impl, const Case& c, uint6
   else
     st = to_rows(RmsNormParams{.x = view(x), .weight = make_view(w.data(), c.dtype, {c.H}), .out = outv, .eps = c.eps}, &r);
   if (!st.ok()) return {st, {}};
+  r.stream_out = r.stream_out || c.stream;
   Outcome o;
   o.status = impl.fn(r);
   if (!o.status.ok()) return o;
