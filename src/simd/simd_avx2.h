@@ -19,6 +19,17 @@ struct Avx2 {
   OPTX_ALWAYS_INLINE static F add(F a, F b) { return _mm256_add_ps(a, b); }
   OPTX_ALWAYS_INLINE static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm256_permute_ps(a, 0xB1); }
+  OPTX_ALWAYS_INLINE static F pair_dup(const float* p) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  }
+  OPTX_ALWAYS_INLINE static F pair_dup(const float* p, int n) {
+    alignas(16) float b[4] = {};
+    for (int i = 0; i < n / 2; ++i) b[i] = p[i];
+    return pair_dup(b);
+  }
+  OPTX_ALWAYS_INLINE static F neg_even(F a) {
+    return _mm256_xor_ps(a, _mm256_castsi256_ps(_mm256_setr_epi32(INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0)));
+  }
   OPTX_ALWAYS_INLINE static F max(F a, F b) { return _mm256_max_ps(a, b); }
   OPTX_ALWAYS_INLINE static float reduce_max(F v) {
     __m128 q = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

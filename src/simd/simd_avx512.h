@@ -40,6 +40,17 @@ struct Avx512 {
   }
   // Swaps lanes 2i and 2i+1 (adjacent pairs).
   OPTX_ALWAYS_INLINE static F swap_pairs(F a) { return _mm512_permute_ps(a, 0xB1); }
+  OPTX_ALWAYS_INLINE static F pair_dup(const float* p) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                 _mm512_castps256_ps512(_mm256_loadu_ps(p)));
+  }
+  OPTX_ALWAYS_INLINE static F pair_dup(const float* p, int n) {
+    return _mm512_maskz_permutexvar_ps(mask(n), _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                       _mm512_castps256_ps512(_mm256_maskz_loadu_ps(__mmask8((1u << (n / 2)) - 1u), p)));
+  }
+  OPTX_ALWAYS_INLINE static F neg_even(F a) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi64(int64_t(0x80000000))));
+  }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F div(F a, F b) { return _mm512_div_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }

@@ -5,6 +5,8 @@
 //   zero, set1, add, sub, mul, div, fmadd, max, reduce (fixed-order horizontal sum), reduce_max
 //   exp              e^x, relative error < 2e-7 (polynomial on AVX2/AVX-512); exp(-inf) = 0
 //   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
+//   pair_dup(p) / pair_dup(p, n) (W >= 2 only): lanes 2i and 2i+1 = p[i]; n lanes (even), rest 0
+//   neg_even (W >= 2 only): negate lanes 2i
 //   load(p) / load(p, n)      from f32 or bf16 (uint16_t) memory; n < W: tail, rest 0
 //   store(p, v) / store(p, v, n)  to f32 or bf16 (round to nearest even, NaN kept)
 //   stream_copy(dst, src, bytes)  copy with non-temporal stores where dst is aligned

@@ -63,16 +63,15 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
   return Status::Ok();
 }
 
-template <class A, void (*Kernels::*Member)(const A&, int64_t), const Kernels& (*K)()>
+// Contiguous token ranges, one per thread: the MLA kernel pipelines consecutive rows.
+template <class A, void (*Kernels::*Member)(const A&, int64_t, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
-  const auto finish = K().finish;
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < a.T; ++t) fn(a, t);
-    finish();
+    const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+    fn(a, a.T * i / n, a.T * (i + 1) / n);
   }
   return Status::Ok();
 }
@@ -380,19 +379,19 @@ const dispatch::Registry<GatherFn>& gather_registry() {
 }
 const dispatch::Registry<MlaFn>& mla_registry() {
   static const dispatch::Registry<MlaFn> r(
-      "kv_rms_norm_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512_bf16>},
-                                 {"avx512", Isa::kAvx512, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx512>},
-                                 {"avx2", Isa::kAvx2, run_tokens<MlaArgs, &Kernels::mla_token, kernels_avx2>},
-                                 {"scalar", Isa::kScalar, run_tokens<MlaArgs, &Kernels::mla_token, kernels_scalar>},
+      "kv_rms_norm_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<MlaArgs, &Kernels::mla_tokens, kernels_avx512_bf16>},
+                                 {"avx512", Isa::kAvx512, run_tokens<MlaArgs, &Kernels::mla_tokens, kernels_avx512>},
+                                 {"avx2", Isa::kAvx2, run_tokens<MlaArgs, &Kernels::mla_tokens, kernels_avx2>},
+                                 {"scalar", Isa::kScalar, run_tokens<MlaArgs, &Kernels::mla_tokens, kernels_scalar>},
                                  {"reference", Isa::kScalar, mla_reference}});
   return r;
 }
 const dispatch::Registry<QkvFn>& qkv_registry() {
   static const dispatch::Registry<QkvFn> r(
-      "qkv_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512_bf16>},
-                         {"avx512", Isa::kAvx512, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx512>},
-                         {"avx2", Isa::kAvx2, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_avx2>},
-                         {"scalar", Isa::kScalar, run_tokens<QkvArgs, &Kernels::qkv_token, kernels_scalar>},
+      "qkv_rope_cache", {{"avx512_bf16", Isa::kAvx512Bf16, run_tokens<QkvArgs, &Kernels::qkv_tokens, kernels_avx512_bf16>},
+                         {"avx512", Isa::kAvx512, run_tokens<QkvArgs, &Kernels::qkv_tokens, kernels_avx512>},
+                         {"avx2", Isa::kAvx2, run_tokens<QkvArgs, &Kernels::qkv_tokens, kernels_avx2>},
+                         {"scalar", Isa::kScalar, run_tokens<QkvArgs, &Kernels::qkv_tokens, kernels_scalar>},
                          {"reference", Isa::kScalar, qkv_reference}});
   return r;
 }

@@ -6,7 +6,7 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_avx512() {
-  static const Kernels k{avx512::mla_token<simd::Avx512>, avx512::qkv_token<simd::Avx512>, avx512::finish<simd::Avx512>};
+  static const Kernels k{avx512::mla_tokens<simd::Avx512>, avx512::qkv_tokens<simd::Avx512>};
   return k;
 }
 }  // namespace optx::kv_detail

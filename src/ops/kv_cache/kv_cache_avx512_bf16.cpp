@@ -6,7 +6,7 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_avx512_bf16() {
-  static const Kernels k{avx512_bf16::mla_token<simd::Avx512Bf16>, avx512_bf16::qkv_token<simd::Avx512Bf16>, avx512_bf16::finish<simd::Avx512Bf16>};
+  static const Kernels k{avx512_bf16::mla_tokens<simd::Avx512Bf16>, avx512_bf16::qkv_tokens<simd::Avx512Bf16>};
   return k;
 }
 }  // namespace optx::kv_detail

@@ -77,10 +77,9 @@ struct QkvArgs {
 // Per-ISA token kernels of the fused ops (plain cache writes and gathers are memcpy or
 // scalar quantisation, shared by every implementation).
 struct Kernels {
-  void (*mla_token)(const MlaArgs&, int64_t t);
-  void (*qkv_token)(const QkvArgs&, int64_t t);
-  // Called once per thread after its tokens: orders the thread's streaming stores.
-  void (*finish)();
+  // Tokens [t0, t1) by one thread, its streaming stores fenced before return.
+  void (*mla_tokens)(const MlaArgs&, int64_t t0, int64_t t1);
+  void (*qkv_tokens)(const QkvArgs&, int64_t t0, int64_t t1);
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

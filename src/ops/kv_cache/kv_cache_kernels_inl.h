@@ -17,35 +17,49 @@ namespace {
 namespace nk = ::optx::norm_detail::OPTX_ISA_NS;
 namespace rk = ::optx::rope_detail::OPTX_ISA_NS;
 
-// MLA: cache[slot] = [rms_norm(c_kv) * w | rope(k_pe)]. The row is built in an L1
-// buffer and streamed to its slot: slots are scattered, so ordinary stores would first
-// read each destination line from DRAM. Measured (bf16, T = 4096): ordinary stores
-// 0.83 ms; streaming with a fence per token 0.98 ms; with one fence per thread at the end
-// (finish()) 0.53-0.60 ms.
+// MLA: cache[slot] = [rms_norm(c_kv) * w | rope(k_pe)], tokens [t0, t1) of one thread.
+// The latent of token t is scaled straight into its slot with non-temporal stores (slots
+// are scattered, so ordinary stores would first read each destination line from DRAM)
+// while token t + 1's row streams in and is summed (norm's scale_row_sumsq_next): one
+// pass per row, memory busy throughout. The rope part goes through a 64-element L1 buffer
+// to be streamed too. One fence per thread at the end: a fence per token was slower.
+// Measured (bf16, T = 4096, 2 threads): ordinary stores 0.83 ms; row staged in L1 then
+// streamed, two passes per row 0.47-0.60 ms; this — see README.
 template <class V, class T>
-void mla_token_t(const MlaArgs& a, int64_t t) {
-  const int64_t slot = a.slot(t);
-  if (slot < 0) return;
-  const T* src = static_cast<const T*>(a.kv) + t * a.ldkv;
-  alignas(64) T row[kMaxMlaRow];
-  T* dst = row;
-  const float inv = nk::inv_rms(nk::row_sumsq<V>(src, a.rank), a.rank, a.eps);
-  // Prefetch two rows ahead: kv rows are 1.1 KiB, one ahead arrives late (alternating
-  // runs: 15.7-17.1 -> 17.7-20.6 GB/s).
-  const T* next = t + 2 < a.T ? src + 2 * a.ldkv : nullptr;
-  nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, next);
-  const int64_t pos = a.rope.position(t);
-  const float* c = a.rope.cos + pos * a.rope.cs_stride;
-  const float* s = a.rope.sin + pos * a.rope.cs_stride;
-  rk::Expanded e;
-  if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, a.rope_dim / 2, e);
-  if (a.i8) {  // latent quantised from the rounded row (as kv_cache_write would), rope part apart
-    quantize_row_i8(static_cast<const T*>(row), a.rank, static_cast<int8_t*>(a.cache) + slot * a.ldc, a.scales + slot);
-    rk::rope_head_to<V>(src + a.rank, static_cast<T*>(a.rope_cache) + slot * a.ldr, c, s, a.rope_dim, a.rope.style, e);
-    return;
+void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
+  if (t0 >= t1) return;
+  alignas(64) float w[kMaxMlaRow];
+  for (int64_t i = 0; i < a.rank; ++i) w[i] = rk::scalar_f32(static_cast<const T*>(a.weight) + i);
+  const auto row = [&](int64_t t) { return static_cast<const T*>(a.kv) + t * a.ldkv; };
+  alignas(64) T stage[kMaxMlaRow];  // i8: the rounded latent to quantise; else the rope part
+  float ss = nk::row_sumsq<V>(row(t0), a.rank);
+  for (int64_t t = t0; t < t1; ++t) {
+    const T* src = row(t);
+    const bool more = t + 1 < t1;
+    const int64_t slot = a.slot(t);
+    if (slot < 0) {
+      if (more) ss = nk::row_sumsq<V>(row(t + 1), a.rank);
+      continue;
+    }
+    T* dst = a.i8 ? stage : static_cast<T*>(a.cache) + slot * a.ldc;
+    const float inv = nk::inv_rms(ss, a.rank, a.eps);
+    if (more)
+      ss = nk::scale_row_sumsq_next<V>(src, w, inv, a.rank, dst, !a.i8, nk::LoadRow<V, T>{row(t + 1)});
+    else
+      nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, static_cast<const T*>(nullptr), !a.i8);
+    const int64_t pos = a.rope.position(t);
+    const float* c = a.rope.cos + pos * a.rope.cs_stride;
+    const float* s = a.rope.sin + pos * a.rope.cs_stride;
+    if (a.i8) {  // latent quantised from the rounded row (as kv_cache_write would), rope part apart
+      quantize_row_i8(static_cast<const T*>(stage), a.rank, static_cast<int8_t*>(a.cache) + slot * a.ldc,
+                      a.scales + slot);
+      rk::rope_head_to<V>(src + a.rank, static_cast<T*>(a.rope_cache) + slot * a.ldr, c, s, a.rope_dim, a.rope.style);
+      continue;
+    }
+    rk::rope_head_to<V>(src + a.rank, stage, c, s, a.rope_dim, a.rope.style);
+    V::stream_copy(dst + a.rank, stage, sizeof(T) * size_t(a.rope_dim));
   }
-  rk::rope_head_to<V>(src + a.rank, dst + a.rank, c, s, a.rope_dim, a.rope.style, e);
-  V::stream_copy(static_cast<T*>(a.cache) + slot * a.ldc, row, sizeof(T) * size_t(a.rank + a.rope_dim));
+  V::stream_fence();
 }
 
 // MHA / GQA: q_out = rope(q); k_cache[slot] = rope(k); v_cache[slot] = v.
@@ -55,13 +69,11 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
   const int64_t pos = a.rope.position(t), rd = a.rope.rotary_dim;
   const float* c = a.rope.cos + pos * a.rope.cs_stride;
   const float* s = a.rope.sin + pos * a.rope.cs_stride;
-  rk::Expanded e;
-  if (a.rope.style == RopeStyle::kInterleaved && V::W > 1) rk::expand(c, s, rd / 2, e);
   // Rotated channels go straight from the source row to their destination; only the
   // channels past rotary_dim (if any) need a copy.
   const size_t tail_bytes = sizeof(T) * size_t(a.d - rd);
   auto head = [&](const T* from, T* to) {
-    rk::rope_head_to<V>(from, to, c, s, rd, a.rope.style, e);
+    rk::rope_head_to<V>(from, to, c, s, rd, a.rope.style);
     if (tail_bytes) std::memcpy(to + rd, from + rd, tail_bytes);
   };
   for (int64_t h = 0; h < a.hq; ++h) head(src + h * a.d, static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h);
@@ -73,19 +85,16 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
 }
 
 template <class V>
-void finish() {
-  V::stream_fence();
-}
-
-template <class V>
-void mla_token(const MlaArgs& a, int64_t t) {
-  if (a.bf16) mla_token_t<V, uint16_t>(a, t);
-  else mla_token_t<V, float>(a, t);
+void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
+  if (a.bf16) mla_tokens_t<V, uint16_t>(a, t0, t1);
+  else mla_tokens_t<V, float>(a, t0, t1);
 }
 template <class V>
-void qkv_token(const QkvArgs& a, int64_t t) {
-  if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
-  else qkv_token_t<V, float>(a, t);
+void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
+    else qkv_token_t<V, float>(a, t);
+  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_scalar() {
-  static const Kernels k{scalar::mla_token<simd::Scalar>, scalar::qkv_token<simd::Scalar>, scalar::finish<simd::Scalar>};
+  static const Kernels k{scalar::mla_tokens<simd::Scalar>, scalar::qkv_tokens<simd::Scalar>};
   return k;
 }
 }  // namespace optx::kv_detail

@@ -31,26 +31,13 @@ OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, 
   }
 }
 
-// Per-token expansion for the interleaved style: ce[2i] = ce[2i+1] = c_i,
-// se[2i] = -s_i, se[2i+1] = s_i, so y = x * ce + swap_pairs(x) * se.
-struct Expanded {
-  alignas(64) float ce[kMaxRotaryDim];
-  alignas(64) float se[kMaxRotaryDim];
-};
-OPTX_ALWAYS_INLINE void expand(const float* c, const float* s, int64_t half, Expanded& e) {
-  for (int64_t i = 0; i < half; ++i) {
-    e.ce[2 * i] = e.ce[2 * i + 1] = c[i];
-    e.se[2 * i] = -s[i];
-    e.se[2 * i + 1] = s[i];
-  }
-}
-
-// Rotates one head slice x[0..d) into y[0..d) (y may equal x). e: expanded tables
-// (kInterleaved, W > 1). Reading from the source and writing the destination directly
-// spares fused ops a copy per head.
+// Rotates one head slice x[0..d) into y[0..d) (y may equal x). Reading from the source and
+// writing the destination directly spares fused ops a copy per head.
+// Interleaved (W > 1): y = x * (c0, c0, c1, c1, ..) + swap_pairs(x) * (-s0, s0, -s1, s1, ..),
+// the tables widened in registers per vector. Widening them once per token into an L1
+// table cost more than the rotation for a single head (MLA's k_pe: see kv_cache README).
 template <class V, class T>
-OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const float* s, int64_t d, RopeStyle style,
-                                     const Expanded& e) {
+OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const float* s, int64_t d, RopeStyle style) {
   const int64_t half = d / 2;
   if (style == RopeStyle::kHalf) {
     rotate_halves<V>(x, x + half, c, s, half, y, y + half);
@@ -65,12 +52,14 @@ OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const flo
       int64_t j = 0;
       for (; j + V::W <= d; j += V::W) {
         const auto v = V::load(x + j);
-        V::store(y + j, V::add(V::mul(v, V::load(e.ce + j)), V::mul(V::swap_pairs(v), V::load(e.se + j))));
+        const auto ce = V::pair_dup(c + j / 2), se = V::neg_even(V::pair_dup(s + j / 2));
+        V::store(y + j, V::add(V::mul(v, ce), V::mul(V::swap_pairs(v), se)));
       }
       if (j < d) {  // n is even: pairs never straddle the tail
         const int n = int(d - j);
         const auto v = V::load(x + j, n);
-        V::store(y + j, V::add(V::mul(v, V::load(e.ce + j, n)), V::mul(V::swap_pairs(v), V::load(e.se + j, n))), n);
+        const auto ce = V::pair_dup(c + j / 2, n), se = V::neg_even(V::pair_dup(s + j / 2, n));
+        V::store(y + j, V::add(V::mul(v, ce), V::mul(V::swap_pairs(v), se)), n);
       }
     }
   } else {  // kInterleavedToHalf: de-interleave into f32, rotate halves, write [y1 | y2]
@@ -84,8 +73,8 @@ OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const flo
 }
 
 template <class V, class T>
-OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t d, RopeStyle style, const Expanded& e) {
-  rope_head_to<V>(static_cast<const T*>(x), x, c, s, d, style, e);
+OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t d, RopeStyle style) {
+  rope_head_to<V>(static_cast<const T*>(x), x, c, s, d, style);
 }
 
 template <class V, class T>
@@ -93,8 +82,6 @@ void rope_token_t(const Args& a, int64_t t) {
   const int64_t pos = a.position(t);
   const float* c = a.cos + pos * a.cs_stride;
   const float* s = a.sin + pos * a.cs_stride;
-  Expanded e;
-  if (a.style == RopeStyle::kInterleaved && V::W > 1) expand(c, s, a.rotary_dim / 2, e);
   // Each head also asks for the same head of token t + 2: the rotation is an in-place
   // read-modify-write whose next lines the hardware prefetcher, seeing short runs per
   // head, does not fetch early enough on its own.
@@ -105,7 +92,7 @@ void rope_token_t(const Args& a, int64_t t) {
       T* x = static_cast<T*>(hs->x) + t * hs->st + h * hs->sh + a.rotary_offset;
       if (ahead)
         for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(reinterpret_cast<const char*>(x + 2 * hs->st) + 64 * l, 1);
-      rope_head<V>(x, c, s, a.rotary_dim, a.style, e);
+      rope_head<V>(x, c, s, a.rotary_dim, a.style);
     }
 }
 
