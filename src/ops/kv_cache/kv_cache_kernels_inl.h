@@ -28,8 +28,7 @@ namespace rk = ::optx::rope_detail::OPTX_ISA_NS;
 template <class V, class T>
 void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
   if (t0 >= t1) return;
-  alignas(64) float w[kMaxMlaRow];
-  for (int64_t i = 0; i < a.rank; ++i) w[i] = rk::scalar_f32(static_cast<const T*>(a.weight) + i);
+  const T* w = static_cast<const T*>(a.weight);
   const auto row = [&](int64_t t) { return static_cast<const T*>(a.kv) + t * a.ldkv; };
   alignas(64) T stage[kMaxMlaRow];  // i8: the rounded latent to quantise; else the rope part
   float ss = nk::row_sumsq<V>(row(t0), a.rank);
@@ -46,7 +45,7 @@ void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
     if (more)
       ss = nk::scale_row_sumsq_next<V>(src, w, inv, a.rank, dst, !a.i8, nk::LoadRow<V, T>{row(t + 1)});
     else
-      nk::scale_row<V>(src, static_cast<const T*>(a.weight), inv, a.rank, dst, static_cast<const T*>(nullptr), !a.i8);
+      nk::scale_row<V>(src, w, inv, a.rank, dst, static_cast<const T*>(nullptr), !a.i8);
     const int64_t pos = a.rope.position(t);
     const float* c = a.rope.cos + pos * a.rope.cs_stride;
     const float* s = a.rope.sin + pos * a.rope.cs_stride;

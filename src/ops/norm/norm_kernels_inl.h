@@ -141,8 +141,8 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
 // bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
 // does its residual update for add_rms_norm); returns their sum of squares in
 // row_sumsq's order.
-template <class V, class T, class TW, class Next>
-OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const TW* w, float inv, int64_t H, T* out, bool stream,
+template <class V, class T, class Next>
+OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv, int64_t H, T* out, bool stream,
                                               Next next) {
   const auto s = V::set1(inv);
   const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
