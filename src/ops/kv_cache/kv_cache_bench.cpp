@@ -18,6 +18,7 @@
 #include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "ops/kv_cache/kv_cache_internal.h"
+#include "testing/aligned.h"
 #include "testing/rng.h"
 
 namespace optx::kv_detail {
@@ -141,7 +142,7 @@ void bench_qkv(bench::Context& ctx) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
     slots.push_back(paged_slots(T, S, rng));
   }
-  std::vector<uint16_t> q(static_cast<size_t>(T * HQ * D));
+  testing::AlignedVector<uint16_t> q(static_cast<size_t>(T * HQ * D));  // as an engine's activations
   testing::fill_bf16(q.data(), T * HQ * D, rng);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);

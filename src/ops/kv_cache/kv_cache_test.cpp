@@ -173,6 +173,7 @@ TEST(QkvRopeCache, EveryImplementationMatchesReference) {
         for (int64_t T : {0, 1, 7}) {
           testutil::QkvCase c;
           c.dtype = dt, c.hq = hq, c.hkv = hkv, c.d = d, c.rotary_dim = rd, c.style = style, c.T = T;
+          c.stream_q = T == 7;
           const auto o = testutil::run_qkv(*impl, c, uint64_t(d + T));
           ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
           EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/kv_cache/kv_cache_internal.h"
+#include "testing/aligned.h"
 #include "testing/compare.h"
 #include "testing/rng.h"
 
@@ -18,8 +19,8 @@ namespace optx::kv_detail::testutil {
 
 struct Typed {  // storage in f32 or bf16 with exact double values
   DType dt;
-  std::vector<float> f;
-  std::vector<uint16_t> h;
+  testing::AlignedVector<float> f;  // aligned: rows take the streaming-store paths
+  testing::AlignedVector<uint16_t> h;
   Typed(DType d, size_t n) : dt(d), f(d == DType::kF32 ? n : 0), h(d == DType::kBF16 ? n : 0) {}
   void* data() { return dt == DType::kF32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data()); }
   double get(size_t i) const { return dt == DType::kF32 ? double(f[i]) : double(bf16_to_f32(h[i])); }
@@ -144,10 +145,12 @@ struct QkvCase {
   DType dtype = DType::kBF16;
   int64_t T = 5, hq = 4, hkv = 2, d = 64, rotary_dim = 0, num_slots = 32;
   RopeStyle style = RopeStyle::kHalf;
+  bool stream_q = false;  // non-temporal stores for q_out (by default only for >= kStreamBytes)
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << " T=" << T << " Hq=" << hq << " Hkv=" << hkv << " D=" << d
-       << " rotary_dim=" << (rotary_dim ? rotary_dim : d) << " slots=" << num_slots << " style=" << int(style);
+       << " rotary_dim=" << (rotary_dim ? rotary_dim : d) << " slots=" << num_slots << " style=" << int(style)
+       << " stream_q=" << stream_q;
     return os.str();
   }
 };
@@ -177,6 +180,7 @@ inline Outcome run_qkv(const dispatch::Impl<QkvFn>& impl, const QkvCase& c, uint
   QkvArgs a;
   o.status = to_args(p, &a);
   if (!o.status.ok()) return o;
+  a.stream_q = a.stream_q || c.stream_q;
   o.status = impl.fn(a);
   if (!o.status.ok()) return o;
 

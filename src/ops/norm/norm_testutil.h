@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/norm/norm_internal.h"
+#include "testing/aligned.h"
 #include "testing/compare.h"
 #include "testing/rng.h"
 
@@ -39,8 +40,8 @@ struct Outcome {
 
 struct Mat {  // typed storage + exact values
   DType dt;
-  std::vector<float> f;
-  std::vector<uint16_t> h;
+  testing::AlignedVector<float> f;  // aligned: rows take the streaming-store paths
+  testing::AlignedVector<uint16_t> h;
   explicit Mat(DType d, size_t n) : dt(d), f(d == DType::kF32 ? n : 0), h(d == DType::kBF16 ? n : 0) {}
   void* data() { return dt == DType::kF32 ? static_cast<void*>(f.data()) : static_cast<void*>(h.data()); }
   double get(size_t i) const { return dt == DType::kF32 ? double(f[i]) : double(bf16_to_f32(h[i])); }

@@ -13,15 +13,30 @@ OPTX_ALWAYS_INLINE float scalar_f32(const float* p) { return *p; }
 OPTX_ALWAYS_INLINE float scalar_f32(const uint16_t* p) { return bf16_to_f32(*p); }
 
 // y1 = x1 c - x2 s, y2 = x2 c + x1 s over i < half; x1/x2 and y1/y2 may be different
-// memory (de-interleaving goes through an f32 buffer).
+// memory (de-interleaving goes through an f32 buffer). stream: y1 and y2 are aligned for
+// V::store_stream2 and whole pairs of vectors are written with non-temporal stores.
 template <class V, class S, class T>
 OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, const float* s, int64_t half,
-                                      T* y1, T* y2) {
-  int64_t i = 0;
-  for (; i + V::W <= half; i += V::W) {
+                                      T* y1, T* y2, bool stream = false) {
+  // Both halves of a step are computed before either is stored: y may be x (in place).
+  struct Pair {
+    typename V::F lo, hi;
+  };
+  const auto rot = [&](int64_t i) {
     const auto a = V::load(x1 + i), b = V::load(x2 + i), cc = V::load(c + i), ss = V::load(s + i);
-    V::store(y1 + i, V::sub(V::mul(a, cc), V::mul(b, ss)));
-    V::store(y2 + i, V::add(V::mul(b, cc), V::mul(a, ss)));
+    return Pair{V::sub(V::mul(a, cc), V::mul(b, ss)), V::add(V::mul(b, cc), V::mul(a, ss))};
+  };
+  int64_t i = 0;
+  if (stream)
+    for (; i + 2 * V::W <= half; i += 2 * V::W) {
+      const Pair p0 = rot(i), p1 = rot(i + V::W);
+      V::store_stream2(y1 + i, p0.lo, p1.lo);
+      V::store_stream2(y2 + i, p0.hi, p1.hi);
+    }
+  for (; i + V::W <= half; i += V::W) {
+    const Pair p = rot(i);
+    V::store(y1 + i, p.lo);
+    V::store(y2 + i, p.hi);
   }
   if (i < half) {
     const int n = int(half - i);
@@ -31,16 +46,25 @@ OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, 
   }
 }
 
+template <class V, class T>
+OPTX_ALWAYS_INLINE bool stream_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % V::kStreamAlign == 0;
+}
+
 // Rotates one head slice x[0..d) into y[0..d) (y may equal x). Reading from the source and
 // writing the destination directly spares fused ops a copy per head.
 // Interleaved (W > 1): y = x * (c0, c0, c1, c1, ..) + swap_pairs(x) * (-s0, s0, -s1, s1, ..),
 // the tables widened in registers per vector. Widening them once per token into an L1
 // table cost more than the rotation for a single head (MLA's k_pe: see kv_cache README).
+// stream: non-temporal stores where y allows them (outputs that will not be read from
+// cache: the lines are not read from DRAM before being written).
 template <class V, class T>
-OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const float* s, int64_t d, RopeStyle style) {
+OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const float* s, int64_t d, RopeStyle style,
+                                     bool stream = false) {
   const int64_t half = d / 2;
   if (style == RopeStyle::kHalf) {
-    rotate_halves<V>(x, x + half, c, s, half, y, y + half);
+    rotate_halves<V>(x, x + half, c, s, half, y, y + half,
+                     stream && stream_aligned<V>(y) && stream_aligned<V>(y + half));
   } else if (style == RopeStyle::kInterleaved) {
     if constexpr (V::W == 1) {
       for (int64_t i = 0; i < half; ++i) {
@@ -49,12 +73,15 @@ OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const flo
         V::store(y + 2 * i + 1, b * c[i] + a * s[i]);
       }
     } else {
-      int64_t j = 0;
-      for (; j + V::W <= d; j += V::W) {
+      const auto rot = [&](int64_t j) {
         const auto v = V::load(x + j);
         const auto ce = V::pair_dup(c + j / 2), se = V::neg_even(V::pair_dup(s + j / 2));
-        V::store(y + j, V::add(V::mul(v, ce), V::mul(V::swap_pairs(v), se)));
-      }
+        return V::add(V::mul(v, ce), V::mul(V::swap_pairs(v), se));
+      };
+      int64_t j = 0;
+      if (stream && stream_aligned<V>(y))
+        for (; j + 2 * V::W <= d; j += 2 * V::W) V::store_stream2(y + j, rot(j), rot(j + V::W));
+      for (; j + V::W <= d; j += V::W) V::store(y + j, rot(j));
       if (j < d) {  // n is even: pairs never straddle the tail
         const int n = int(d - j);
         const auto v = V::load(x + j, n);
