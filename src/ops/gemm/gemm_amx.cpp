@@ -154,7 +154,8 @@ const KernelTable& kernels_amx() {
                              .amx_release = amx::amx_release,
                              .gemv4_f32 = amx::gemv4_f32,
                              .gemv4_i8b = amx::gemv4_i8b,
-                             .gemv4_bf16b = amx::gemv4_bf16b};
+                             .gemv4_bf16b = amx::gemv4_bf16b,
+                             .f32b_out = amx::kern_f32_out};
   return t;
 }
 }  // namespace optx::gemm_detail

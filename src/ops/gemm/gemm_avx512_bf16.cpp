@@ -11,7 +11,8 @@ const KernelTable& kernels_avx512_bf16() {
                              .epilogue = avx512_bf16::epilogue,
                              .gemv4_f32 = avx512_bf16::gemv4_f32,
                              .gemv4_i8b = avx512_bf16::gemv4_i8b,
-                             .gemv4_bf16b = avx512_bf16::gemv4_bf16b};
+                             .gemv4_bf16b = avx512_bf16::gemv4_bf16b,
+                             .f32b_out = avx512_bf16::kern_f32_out};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -38,11 +38,11 @@ OPTX_ALWAYS_INLINE void load_tile(__m512 (&c)[M][4], const float* acc, bool accu
 }
 
 template <int M>
-OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], float* acc) {
+OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], float* out, int64_t ldo = kNR) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + r * ldo + 16 * i, c[r][i]);
 }
 
 // a: packed A micro-panel, [k][kMR] (see gemm_kernels.h).
@@ -57,9 +57,10 @@ OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const f
   }
 }
 
+// out / ldo: where the finished tile goes (acc itself, or C for kern_f32_out).
 template <int M, bool kStream>
-void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
-                bool accumulate, const Prefetch& pf) {
+void kern_f32_m(int64_t kc, const float* a, const void* bv, const float* acc,
+                bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
   const float* b = static_cast<const float*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
@@ -71,7 +72,7 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, float* acc,
                           _mm512_load_ps(bk + 48)};
     fma_row<M>(c, bb, a, k);
   }
-  store_tile<M>(c, acc);
+  store_tile<M>(c, out, ldo);
 }
 
 // B bf16 pairs widened to f32 in registers: a 32-bit lane holds (k even | k odd << 16) of
@@ -144,7 +145,12 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
 void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
               const Prefetch& pf) {
   const bool stream = pf.stream;
-  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf)
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, acc, kNR)
+}
+void kern_f32_out(int m, int64_t kc, const float* a, const void* b, const float* acc, bool accumulate,
+                  const Prefetch& pf, float* c, int64_t ldc) {
+  const bool stream = pf.stream;
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, c, ldc)
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
                 const Prefetch& pf) {

@@ -42,6 +42,10 @@ struct Prefetch {
 };
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                             bool accumulate, const Prefetch& pf);
+// As KernelF32A for B f32, but the finished tile is stored to c (row stride ldc) instead
+// of acc: the last K block of a GEMM whose epilogue is the identity (see gemm.cpp).
+using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, const float* acc,
+                              bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
                              bool accumulate, const Prefetch& pf);
 
@@ -85,6 +89,7 @@ struct KernelTable {
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
   Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;
+  KernelF32Out f32b_out = nullptr;  // optional
 };
 
 const KernelTable& kernels_scalar();

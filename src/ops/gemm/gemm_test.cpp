@@ -60,6 +60,17 @@ std::vector<Case> edge_cases() {
       cs.push_back(c);
     }
   }
+  // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
+  // last block's tile goes straight into C, onto the blocks accumulated before it.
+  for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
+    for (bool packed : {false, true}) {
+      Case c;
+      c.M = M, c.N = N, c.K = K;
+      c.a = c.b = c.c = DType::kF32;
+      c.packed = packed;
+      c.ldc_pad = packed ? 3 : 0;
+      cs.push_back(c);
+    }
   // Fused SwiGLU: decode pairs (gemv4 takes two outputs per call, I = 192 leaves one
   // over), vector and AMX row blocks (M > 16, M > 32), K tails, padded C rows.
   for (auto [M, I, K] : {std::tuple{1, 64, 17}, {1, 192, 100}, {3, 128, 64}, {7, 64, 1}, {17, 128, 33},
