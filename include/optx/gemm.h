@@ -93,7 +93,9 @@ struct GemmParams {
   GemmActivation activation = GemmActivation::kNone;
 };
 
-// Bytes of workspace gemm() needs for these params at the current thread count.
+// Bytes of workspace gemm() needs for these params at the current thread count. Only
+// shapes, dtypes, strides and flags decide it: data pointers may still be null (size the
+// workspace before the activations exist). 0 when the params are invalid.
 size_t gemm_workspace_size(const GemmParams& p);
 Status gemm(const GemmParams& p, Workspace ws);
 

@@ -511,14 +511,14 @@ std::string selected_name() { return make_registry().selected_name(); }
 
 const dispatch::Registry<GemmFn>& registry() { return make_registry(); }
 
-Status validate(const GemmParams& p) {
+Status validate(const GemmParams& p, bool need_data) {
   const TensorView& a = p.a;
   if (a.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": a.rank=", a.rank, " but must be 2 ([M, K])");
   OPTX_RETURN_IF_ERROR(check_strides(a, "a"));
   if (a.dtype != DType::kF32 && a.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, kOp, ": a.dtype=", dtype_name(a.dtype), " but must be f32 or bf16");
   const int64_t M = a.sizes[0], K = a.sizes[1];
-  if (M > 0 && K > 0 && !a.data) return Error(StatusCode::kInvalidArgument, kOp, ": a.data is null");
+  if (need_data && M > 0 && K > 0 && !a.data) return Error(StatusCode::kInvalidArgument, kOp, ": a.data is null");
   if (K > 1 && a.strides[1] != 1)
     return Error(StatusCode::kInvalidArgument, kOp, ": a.strides[1]=", a.strides[1], " but must be 1 (rows contiguous)");
   if (M > 1 && a.strides[0] < K)
@@ -529,7 +529,7 @@ Status validate(const GemmParams& p) {
   DType bt;
   int64_t N, Kb;
   if (p.packed_b) {
-    if (!p.packed_b->data && p.packed_b->n > 0 && p.packed_b->k > 0)
+    if (need_data && !p.packed_b->data && p.packed_b->n > 0 && p.packed_b->k > 0)
       return Error(StatusCode::kInvalidArgument, kOp, ": packed_b->data is null");
     bt = p.packed_b->dtype;
     N = p.packed_b->n;
@@ -543,7 +543,7 @@ Status validate(const GemmParams& p) {
     bt = b.dtype;
     N = p.b_kn ? b.sizes[1] : b.sizes[0];
     Kb = p.b_kn ? b.sizes[0] : b.sizes[1];
-    if (N > 0 && Kb > 0 && !b.data) return Error(StatusCode::kInvalidArgument, kOp, ": b.data is null");
+    if (need_data && N > 0 && Kb > 0 && !b.data) return Error(StatusCode::kInvalidArgument, kOp, ": b.data is null");
   }
   if (bt != DType::kF32 && bt != DType::kBF16 && bt != DType::kI8)
     return Error(StatusCode::kInvalidArgument, kOp, ": b.dtype=", dtype_name(bt), " but must be f32, bf16 or i8");
@@ -554,7 +554,7 @@ Status validate(const GemmParams& p) {
     return Error(StatusCode::kInvalidArgument, kOp, ": a.dtype=bf16 with b.dtype=f32 is not supported (use f32 a or bf16 b)");
   if (bt == DType::kI8 && !p.packed_b) {
     const TensorView& s = p.b_scales;
-    if (!s.data) return Error(StatusCode::kInvalidArgument, kOp, ": b_scales.data is null but b is i8 (per-channel scales required)");
+    if (need_data && !s.data) return Error(StatusCode::kInvalidArgument, kOp, ": b_scales.data is null but b is i8 (per-channel scales required)");
     if (s.rank != 1 || s.sizes[0] != N || s.dtype != DType::kF32)
       return Error(StatusCode::kInvalidArgument, kOp, ": b_scales must be f32 [N=", N, "], got rank ", s.rank,
                    " sizes[0]=", s.sizes[0], " dtype ", dtype_name(s.dtype));
@@ -586,7 +586,7 @@ Status validate(const GemmParams& p) {
                  swiglu ? ", N/2=" : ", N=", Nc, "]");
   if (c.dtype != DType::kF32 && c.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, kOp, ": c.dtype=", dtype_name(c.dtype), " but must be f32 or bf16");
-  if (M > 0 && N > 0 && !c.data) return Error(StatusCode::kInvalidArgument, kOp, ": c.data is null");
+  if (need_data && M > 0 && N > 0 && !c.data) return Error(StatusCode::kInvalidArgument, kOp, ": c.data is null");
   if (N > 1 && c.strides[1] != 1)
     return Error(StatusCode::kInvalidArgument, kOp, ": c.strides[1]=", c.strides[1], " but must be 1 (rows contiguous)");
   if (M > 1 && c.strides[0] < Nc)
@@ -595,7 +595,7 @@ Status validate(const GemmParams& p) {
 
   if (!p.bias.empty()) {
     const TensorView& bias = p.bias;
-    if (!bias.data && N > 0) return Error(StatusCode::kInvalidArgument, kOp, ": bias.data is null");
+    if (need_data && !bias.data && N > 0) return Error(StatusCode::kInvalidArgument, kOp, ": bias.data is null");
     if (bias.rank != 1 || bias.sizes[0] != N)
       return Error(StatusCode::kInvalidArgument, kOp, ": bias must be [N=", N, "], got rank ", bias.rank, " sizes[0]=",
                    bias.sizes[0]);
@@ -610,7 +610,7 @@ Status validate(const GemmParams& p) {
 }  // namespace gemm_detail
 
 size_t gemm_workspace_size(const GemmParams& p) {
-  if (!gemm_detail::validate(p).ok()) return 0;
+  if (!gemm_detail::validate(p, /*need_data=*/false).ok()) return 0;
   return gemm_detail::workspace_bytes(p);
 }
 

@@ -19,7 +19,8 @@ PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k);
 void pack_scales(const TensorView& scales, int64_t j, float* dst);
 
 // Validation shared by gemm() and gemm_workspace_size().
-Status validate(const GemmParams& p);
+// need_data = false checks shapes, dtypes and strides only (workspace size queries).
+Status validate(const GemmParams& p, bool need_data = true);
 
 using GemmFn = Status (*)(const GemmParams&, Workspace);
 const dispatch::Registry<GemmFn>& registry();

@@ -62,12 +62,13 @@ struct Job {
 
 GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
   const int64_t K = j.x.sizes[1], N = j.out.sizes[1];
-  // Sizing calls pass views without data: any non-null address keeps gemm's checks quiet.
-  const auto* xb = static_cast<const uint8_t*>(j.x.data ? j.x.data : reinterpret_cast<void*>(64));
-  auto* ob = static_cast<uint8_t*>(j.out.data ? j.out.data : reinterpret_cast<void*>(64));
-  return {.a = make_view(const_cast<uint8_t*>(xb) + size_t(begin * K) * dtype_size(j.x.dtype), j.x.dtype, {end - begin, K}),
+  // Sizing calls pass views without data (gemm_workspace_size needs shapes only).
+  const auto row = [](const TensorView& v, int64_t r, int64_t n) -> void* {
+    return v.data ? static_cast<uint8_t*>(v.data) + size_t(r * n) * dtype_size(v.dtype) : nullptr;
+  };
+  return {.a = make_view(row(j.x, begin, K), j.x.dtype, {end - begin, K}),
           .packed_b = &(*j.w)[g],
-          .c = make_view(ob + size_t(begin * N) * dtype_size(j.out.dtype), j.out.dtype, {end - begin, N}),
+          .c = make_view(row(j.out, begin, N), j.out.dtype, {end - begin, N}),
           .activation = j.act};
 }
 

@@ -66,7 +66,7 @@ Layout layout_of(const MoeForwardParams& p) {
   const size_t parts = p.shared_gate_up ? 2 : 1;
   size_t s = moe_detail::grouped_matmul_swiglu_workspace_size({up.data(), parts});
   s = std::max(s, moe_detail::grouped_matmul_workspace_size({down.data(), parts}));
-  s = std::max(s, gemm_workspace_size(router_gemm(p, reinterpret_cast<void*>(64), reinterpret_cast<void*>(64))));
+  s = std::max(s, gemm_workspace_size(router_gemm(p, nullptr, nullptr)));
   l.scratch = take(s + kAlign);
   l.total = off + kAlign;
   return l;
