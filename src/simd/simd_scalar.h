@@ -21,6 +21,11 @@
 
 namespace optx::simd {
 
+// Outputs at least this large are written with non-temporal stores by the ops that offer
+// them (norm, the fused cache writes): past a core's L2 and most of what the next op would
+// still find in cache, while ordinary stores would read every line from DRAM first.
+inline constexpr int64_t kStreamMinBytes = int64_t(8) << 20;
+
 struct Scalar {
   static constexpr int W = 1;
   using F = float;

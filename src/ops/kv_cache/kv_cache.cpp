@@ -362,7 +362,7 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
   a->ldv = p.v_cache.strides[0];
   a->q_out = q.data;
   a->ldq_t = q.strides[0];
-  a->stream_q = T * p.q_heads * d * int64_t(dtype_size(x.dtype)) >= kStreamBytes;
+  a->stream_q = T * p.q_heads * d * int64_t(dtype_size(x.dtype)) >= simd::kStreamMinBytes;
   a->ldq_h = q.strides[1];
   return Status::Ok();
 }

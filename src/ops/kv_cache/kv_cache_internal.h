@@ -8,10 +8,10 @@
 #include "numerics/quant_i8.h"
 #include "optx/kv_cache.h"
 #include "ops/rope/rope_internal.h"
+#include "simd/simd_scalar.h"
 
 namespace optx::kv_detail {
 
-inline constexpr int64_t kStreamBytes = int64_t(8) << 20;
 inline constexpr int64_t kMaxMlaRow = 4096;  // kv_lora_rank + rope_dim (a row is staged on the stack)
 
 inline int64_t load_index(const void* p, bool i64, int64_t i) {
@@ -72,7 +72,7 @@ struct QkvArgs {
   int64_t ldk = 0, ldv = 0;
   void* q_out = nullptr;
   int64_t ldq_t = 0, ldq_h = 0;
-  bool stream_q = false;  // q_out of >= kStreamBytes: non-temporal stores (it will not stay in cache)
+  bool stream_q = false;  // q_out of >= simd::kStreamMinBytes: non-temporal stores (it will not stay in cache)
   int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
 };
 

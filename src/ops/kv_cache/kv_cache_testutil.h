@@ -145,7 +145,7 @@ struct QkvCase {
   DType dtype = DType::kBF16;
   int64_t T = 5, hq = 4, hkv = 2, d = 64, rotary_dim = 0, num_slots = 32;
   RopeStyle style = RopeStyle::kHalf;
-  bool stream_q = false;  // non-temporal stores for q_out (by default only for >= kStreamBytes)
+  bool stream_q = false;  // non-temporal stores for q_out (by default only for >= simd::kStreamMinBytes)
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << " T=" << T << " Hq=" << hq << " Hkv=" << hkv << " D=" << d

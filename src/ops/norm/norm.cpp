@@ -54,7 +54,7 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   r->out = out.data;
   r->ldo = out.strides[0];
   r->eps = eps;
-  r->stream_out = T * H * int64_t(dtype_size(x.dtype)) >= kStreamBytes;
+  r->stream_out = T * H * int64_t(dtype_size(x.dtype)) >= simd::kStreamMinBytes;
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include "dispatch/registry.h"
 #include "optx/norm.h"
+#include "simd/simd_scalar.h"
 
 namespace optx::norm_detail {
 
@@ -20,11 +21,10 @@ struct Rows {
   void* out = nullptr;
   int64_t ldo = 0;
   float eps = 0;
-  // Non-temporal stores for out: set for outputs of >= kStreamBytes, which will not be
+  // Non-temporal stores for out: set for outputs of >= simd::kStreamMinBytes, which will not be
   // in cache when the next op reads them anyway.
   bool stream_out = false;
 };
-inline constexpr int64_t kStreamBytes = int64_t(8) << 20;
 
 struct Kernels {
   // Rows [t0, t1) in order, by one thread; streaming stores are fenced before return.

@@ -24,7 +24,7 @@ struct Case {
   bool out_aliases_x = false;
   float eps = 1e-6f;
   float scale = 1.0f;        // input magnitude
-  bool stream = false;       // non-temporal stores for out (by default only for >= kStreamBytes)
+  bool stream = false;       // non-temporal stores for out (by default only for >= simd::kStreamMinBytes)
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << " T=" << T << " H=" << H << " pad=" << pad
