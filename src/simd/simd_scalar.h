@@ -26,6 +26,12 @@ namespace optx::simd {
 // still find in cache, while ordinary stores would read every line from DRAM first.
 inline constexpr int64_t kStreamMinBytes = int64_t(8) << 20;
 
+// Whether p may take V::store_stream2 (kStreamAlign-aligned).
+template <class V, class T>
+inline bool stream_aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % V::kStreamAlign == 0;
+}
+
 struct Scalar {
   static constexpr int W = 1;
   using F = float;

@@ -45,7 +45,7 @@ void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
     if (more)
       ss = nk::scale_row_sumsq_next<V>(src, w, inv, a.rank, dst, !a.i8, nk::LoadRow<V, T>{row(t + 1)});
     else
-      nk::scale_row<V>(src, w, inv, a.rank, dst, static_cast<const T*>(nullptr), !a.i8);
+      nk::scale_row<V>(src, w, inv, a.rank, dst, !a.i8);
     const int64_t pos = a.rope.position(t);
     const float* c = a.rope.cos + pos * a.rope.cs_stride;
     const float* s = a.rope.sin + pos * a.rope.cs_stride;

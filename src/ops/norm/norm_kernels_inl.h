@@ -104,30 +104,19 @@ OPTX_ALWAYS_INLINE float inv_rms(float sumsq, int64_t H, float eps) {
   return 1.0f / std::sqrt(sumsq / float(H) + eps);
 }
 
-// A row's scale on its own (a thread's last row; kv_cache's latent rows). It runs from L1
-// and leaves the memory bus idle unless it asks for the next row meanwhile: pf (the next
-// row, or nullptr) is prefetched alongside, one line per 64 bytes of this row.
+// A row's scale on its own (a thread's last row, the tail of a pipelined one, kv_cache's
+// last latent row).
 //
 // stream: write out with non-temporal stores (where out is aligned) — for outputs too big
 // to stay in cache, whose lines would otherwise be read from DRAM before being written.
 template <class V, class T>
-OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out, const T* pf,
-                                  bool stream = false) {
+OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, T* out, bool stream = false) {
   const auto s = V::set1(inv);
+  const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
   int64_t i = 0;
-  constexpr int64_t kLine = 64 / sizeof(T);
-  if (stream && reinterpret_cast<uintptr_t>(out) % V::kStreamAlign == 0) {
-    for (; i + 2 * V::W <= H; i += 2 * V::W) {
-      if (pf && i % kLine == 0) __builtin_prefetch(pf + i);
-      const auto y0 = V::mul(V::mul(V::load(x + i), s), V::load(w + i));
-      const auto y1 = V::mul(V::mul(V::load(x + i + V::W), s), V::load(w + i + V::W));
-      V::store_stream2(out + i, y0, y1);
-    }
-  }
-  for (; i + V::W <= H; i += V::W) {
-    if (pf && i % kLine == 0) __builtin_prefetch(pf + i);
-    V::store(out + i, V::mul(V::mul(V::load(x + i), s), V::load(w + i)));
-  }
+  if (stream && simd::stream_aligned<V>(out))
+    for (; i + 2 * V::W <= H; i += 2 * V::W) V::store_stream2(out + i, y(i), y(i + V::W));
+  for (; i + V::W <= H; i += V::W) V::store(out + i, y(i));
   if (i < H) {
     const int n = int(H - i);
     V::store(out + i, V::mul(V::mul(V::load(x + i, n), s), V::load(w + i, n)), n);
@@ -146,7 +135,7 @@ OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv,
                                               Next next) {
   const auto s = V::set1(inv);
   const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
-  stream = stream && reinterpret_cast<uintptr_t>(out) % V::kStreamAlign == 0;
+  stream = stream && simd::stream_aligned<V>(out);
   SumSq<V> acc;
   int64_t i = 0;
   for (; i + 4 * V::W <= H; i += 4 * V::W) {
@@ -163,12 +152,7 @@ OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv,
     next.prefetch(i);
     acc.add4(next(i), next(i + V::W), next(i + 2 * V::W), next(i + 3 * V::W));
   }
-  int64_t j = i;
-  for (; j + V::W <= H; j += V::W) V::store(out + j, y(j));
-  if (j < H) {
-    const int n = int(H - j);
-    V::store(out + j, V::mul(V::mul(V::load(x + j, n), s), V::load(w + j, n)), n);
-  }
+  scale_row<V>(x + i, w + i, inv, H - i, out + i, stream);
   return acc.finish(i, H, next);
 }
 
@@ -185,7 +169,7 @@ OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T
     if (t + 1 < t1)
       ss = scale_row_sumsq_next<V>(row_of(r, t), w, inv, r.H, out, r.stream_out, next_of(t + 1));
     else
-      scale_row<V>(row_of(r, t), w, inv, r.H, out, static_cast<const T*>(nullptr), r.stream_out);
+      scale_row<V>(row_of(r, t), w, inv, r.H, out, r.stream_out);
   }
   V::stream_fence();
 }

@@ -5,6 +5,7 @@
 #error "define OPTX_ISA_NS before including rope_kernels_inl.h"
 #endif
 #include "ops/rope/rope_internal.h"
+#include "simd/simd_scalar.h"
 
 namespace optx::rope_detail::OPTX_ISA_NS {
 namespace {
@@ -46,11 +47,6 @@ OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, 
   }
 }
 
-template <class V, class T>
-OPTX_ALWAYS_INLINE bool stream_aligned(const T* p) {
-  return reinterpret_cast<uintptr_t>(p) % V::kStreamAlign == 0;
-}
-
 // Rotates one head slice x[0..d) into y[0..d) (y may equal x). Reading from the source and
 // writing the destination directly spares fused ops a copy per head.
 // Interleaved (W > 1): y = x * (c0, c0, c1, c1, ..) + swap_pairs(x) * (-s0, s0, -s1, s1, ..),
@@ -64,7 +60,7 @@ OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const flo
   const int64_t half = d / 2;
   if (style == RopeStyle::kHalf) {
     rotate_halves<V>(x, x + half, c, s, half, y, y + half,
-                     stream && stream_aligned<V>(y) && stream_aligned<V>(y + half));
+                     stream && simd::stream_aligned<V>(y) && simd::stream_aligned<V>(y + half));
   } else if (style == RopeStyle::kInterleaved) {
     if constexpr (V::W == 1) {
       for (int64_t i = 0; i < half; ++i) {
@@ -79,7 +75,7 @@ OPTX_ALWAYS_INLINE void rope_head_to(const T* x, T* y, const float* c, const flo
         return V::add(V::mul(v, ce), V::mul(V::swap_pairs(v), se));
       };
       int64_t j = 0;
-      if (stream && stream_aligned<V>(y))
+      if (stream && simd::stream_aligned<V>(y))
         for (; j + 2 * V::W <= d; j += 2 * V::W) V::store_stream2(y + j, rot(j), rot(j + V::W));
       for (; j + V::W <= d; j += V::W) V::store(y + j, rot(j));
       if (j < d) {  // n is even: pairs never straddle the tail
