@@ -1,7 +1,6 @@
 // kv_cache_write, gather_pa_kv_cache, kv_rms_norm_rope_cache, qkv_rope_cache:
 // validate (every slot, block id and position is checked before anything is written, so a
 // bad index can never write outside the cache) -> dispatch -> tokens split across threads.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/parallel.h"
 #include "ops/kv_cache/kv_cache_internal.h"
 
 namespace optx {
@@ -67,12 +67,7 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
 template <class A, void (*Kernels::*Member)(const A&, int64_t, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
-    fn(a, a.T * i / n, a.T * (i + 1) / n);
-  }
+  parallel_ranges(a.T, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
   return Status::Ok();
 }
 
@@ -122,12 +117,7 @@ void gather_rows(const GatherArgs& a, int64_t r0, int64_t r1) {
 }
 
 Status gather_run(const GatherArgs& a) {
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.total)));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    gather_rows(a, a.total * t / n, a.total * (t + 1) / n);
-  }
+  parallel_ranges(a.total, [&](int64_t r0, int64_t r1) { gather_rows(a, r0, r1); });
   return Status::Ok();
 }
 

@@ -1,10 +1,10 @@
 // rms_norm / add_rms_norm: validate -> rows -> dispatch. Rows are independent, so threads
 // take contiguous row ranges and results do not depend on the thread count.
-#include <omp.h>
 
 #include <string>
 
 #include "core/log.h"
+#include "core/parallel.h"
 #include "ops/norm/norm_internal.h"
 
 namespace optx {
@@ -61,13 +61,8 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
 template <const Kernels& (*K)(), bool kAdd>
 Status run_rows(const Rows& r) {
   const auto rows = kAdd ? K().add_rms_norm_rows : K().rms_norm_rows;
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), r.T)));
   // Contiguous row ranges: each thread pipelines its rows (see norm_kernels_inl.h).
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
-    rows(r, r.T * i / n, r.T * (i + 1) / n);
-  }
+  parallel_ranges(r.T, [&](int64_t t0, int64_t t1) { rows(r, t0, t1); });
   return Status::Ok();
 }
 
