@@ -64,18 +64,10 @@ OPTX_ALWAYS_INLINE void stage_pairs(const uint16_t* a, const uint16_t* b, uint16
   _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
 }
 
-// 16 query rows x 32 keys of P from P^T (pt: [key][32 rows] bf16, from row 0 of the
-// half) into pr ([row][kSuper keys] bf16, the A tiles of P . V). Keys go in pairs, as the
-// A tile holds them: dword i of a row is (p[2i], p[2i+1]); then a 16 x 16 dword
-// transpose in four shuffle stages (64 shuffles for 512 values; the element-wise loop
-// it replaces was ~17% of flash prefill's samples).
-OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) {  // r[i][row] = (p[row][2i], p[row][2i+1])
-    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i) * 32));
-    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i + 1) * 32));
-    r[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
+// In-register 16 x 16 transpose of dwords (dword j of r[i] -> dword i of r[j]) in three
+// shuffle stages: 64 shuffles for 256 dwords.
+OPTX_ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
+  __m512i t[16];
   for (int k = 0; k < 8; ++k) {
     t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
     t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
@@ -89,11 +81,42 @@ OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
   for (int c = 0; c < 4; ++c) {
     const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
     const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-    _mm512_store_si512(pr + (c) * kSuper, _mm512_shuffle_i32x4(x0, y0, 0x88));       // row c
-    _mm512_store_si512(pr + (4 + c) * kSuper, _mm512_shuffle_i32x4(x0, y0, 0xdd));   // row 4 + c
-    _mm512_store_si512(pr + (8 + c) * kSuper, _mm512_shuffle_i32x4(x1, y1, 0x88));   // row 8 + c
-    _mm512_store_si512(pr + (12 + c) * kSuper, _mm512_shuffle_i32x4(x1, y1, 0xdd));  // row 12 + c
+    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
   }
+}
+
+// 16 query rows x 32 keys of P from P^T (pt: [key][32 rows] bf16, from row 0 of the
+// half) into pr ([row][kSuper keys] bf16, the A tiles of P . V). Keys go in pairs, as the
+// A tile holds them: dword i of a row is (p[2i], p[2i+1]). (The element-wise loop this
+// replaced was ~17% of flash prefill's samples.)
+OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) {  // r[i][row] = (p[row][2i], p[row][2i+1])
+    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i) * 32));
+    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i + 1) * 32));
+    r[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+  transpose16_epi32(r);
+  for (int row = 0; row < 16; ++row) _mm512_store_si512(pr + row * kSuper, r[row]);
+}
+
+// Q^T in pairs ([D/2][32 rows][2] bf16, rows past R zero): the B tiles of the scores.
+// Sixteen dword pairs of sixteen rows per transpose (an element loop took ~10 us per
+// job, a quarter of a short-context MLA decode call).
+void build_qt(const Job& j, int64_t D, uint16_t* qt) {
+  for (int half = 0; half < 2; ++half)
+    for (int64_t p0 = 0; p0 < D / 2; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int row = 16 * half + i;
+        r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
+      }
+      transpose16_epi32(r);
+      for (int c = 0; c < 16; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
+    }
 }
 
 void from_pair_order(float* o, int rows, int64_t Dv) {
@@ -123,15 +146,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   uint16_t* pr = pt + kSuper * 32;                                // [32 rows][kSuper keys]
   float* o = reinterpret_cast<float*>(pr + 32 * kSuper);          // [32 rows][Dv], pair order
 
-  // Q^T in pairs, rows past R zero.
-  uint32_t* qt32 = reinterpret_cast<uint32_t*>(qt);
-  for (int64_t p = 0; p < D / 2; ++p)
-    for (int r = 0; r < 32; ++r) {
-      uint32_t v = 0;
-      if (r < R) std::memcpy(&v, static_cast<const uint16_t*>(j.rows[r].q) + 2 * p, 4);
-      qt32[p * 32 + r] = v;
-    }
-  std::memset(o, 0, sizeof(float) * size_t(32 * Dv));
+  build_qt(j, D, qt);
+  std::memset(o, 0, sizeof(float) * size_t(RT * Dv));
   // Per-row running state as vectors over rows; diagonal positions (padded rows see nothing).
   alignas(64) float diag[32], mrow[32], lrow[32];
   for (int r = 0; r < 32; ++r) {

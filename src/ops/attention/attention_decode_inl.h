@@ -40,11 +40,12 @@ void finish_rows(const Config& c, const Job& j, const float* mrow, const float* 
       }
     }
     const float inv = s.inv_sum() * extra;
+    const __m512 sv = _mm512_set1_ps(inv);
     if (c.partial) {
-      for (int64_t d = 0; d < Dv; ++d) row.part_out[d] = o[r * Dv + d] * inv;
+      float* out = row.part_out;
+      for (int64_t d = 0; d < Dv; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(o + r * Dv + d), sv));
     } else {
       uint16_t* out = static_cast<uint16_t*>(row.out);
-      const __m512 sv = _mm512_set1_ps(inv);
       for (int64_t d = 0; d < Dv; d += 16)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(o + r * Dv + d), sv)));
     }
