@@ -92,6 +92,9 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                {2, 1, 8, 2, 128, std::vector<int32_t>{37, 300}},
                                                {3, 3, 12, 4, 80, std::vector<int32_t>{3, 64, 129}},
                                                {1, 8, 4, 1, 96, std::vector<int32_t>{200}},
+                                               // >= 2 x kMinSplitBlocks blocks: split at 2 threads
+                                               {1, 8, 4, 1, 96, std::vector<int32_t>{530}},
+                                               {1, 2, 8, 2, 64, std::vector<int32_t>{600}},
                                                // 8 and 6 rows per job: the few-row decode kernel
                                                // (causal among 2 positions; Dv in 32-column passes)
                                                {1, 2, 8, 2, 64, std::vector<int32_t>{90}},
@@ -105,18 +108,23 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
   set_num_threads(0);
 }
 
-TEST(MlaDecode, MatchesNaive) {
-  for (const auto* impl : mla_registry().runnable())
-    for (DType dt : {DType::kF32, DType::kBF16})
-      for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
-                                                 {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
-                                                 {1, 1, 16, 512, 64, std::vector<int32_t>{65}}}) {
-        DecodeCase c;
-        c.mla = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank, c.lens = lens;
-        c.block_size = 64;
-        const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B));
-        EXPECT_TRUE(o.pass()) << impl->name << " " << c.name() << ": " << o.message();
-      }
+TEST(MlaDecode, MatchesNaiveSplitOrNot) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : mla_registry().runnable())
+      for (DType dt : {DType::kF32, DType::kBF16})
+        for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
+                                                   {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
+                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{65}},
+                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{600}}}) {
+          DecodeCase c;
+          c.mla = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank, c.lens = lens;
+          c.block_size = 64;
+          const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B));
+          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+        }
+  }
+  set_num_threads(0);
 }
 
 TEST(AttentionUpdate, MergesPartialsLikeOnePass) {
