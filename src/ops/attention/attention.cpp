@@ -453,10 +453,11 @@ size_t decode_workspace(const DecodeJobs& d) {
 // The attention_update rule for one row: out = sum_i w_i o_i / sum_i w_i, w_i =
 // exp(lse_i - max lse), lse = max + log(sum w). Partials with w_i = 0 (empty, or far
 // below the max) are skipped whole, so their outputs may hold anything. part(i) gives
-// partial i's outputs (Dv floats) and lse; acc is Dv floats of scratch. One exp per
-// partial, then a vectorisable multiply-add pass per partial over the row.
+// partial i's outputs (Dv floats) and lse. The f32 sums run over column chunks held on
+// the stack (any Dv, no scratch to size or allocate); the weights' exps are recomputed
+// per chunk, P per kChunk columns against P * kChunk multiply-adds.
 template <class T, class Part>
-void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse, float* acc) {
+void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse) {
   float m = -INFINITY;
   for (int64_t i = 0; i < P; ++i) m = std::max(m, part(i).second);
   if (m == -INFINITY) {
@@ -464,41 +465,41 @@ void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse, float* acc)
     if (lse) *lse = -INFINITY;
     return;
   }
-  std::fill(acc, acc + Dv, 0.0f);
+  auto weight = [&](int64_t i) { return float(std::exp(double(part(i).second) - m)); };
   double sum = 0;
-  for (int64_t i = 0; i < P; ++i) {
-    const auto [o, l] = part(i);
-    const float w = float(std::exp(double(l) - m));
-    if (w == 0.0f) continue;
-    sum += w;
-    for (int64_t x = 0; x < Dv; ++x) acc[x] += w * o[x];
-  }
+  for (int64_t i = 0; i < P; ++i) sum += weight(i);
   const float inv = float(1.0 / sum);
-  for (int64_t x = 0; x < Dv; ++x) {
-    if constexpr (sizeof(T) == 2) out[x] = f32_to_bf16(acc[x] * inv);
-    else out[x] = acc[x] * inv;
+  constexpr int64_t kChunk = 256;
+  float acc[kChunk];
+  for (int64_t x0 = 0; x0 < Dv; x0 += kChunk) {
+    const int64_t n = std::min(kChunk, Dv - x0);
+    std::fill(acc, acc + n, 0.0f);
+    for (int64_t i = 0; i < P; ++i) {
+      const float w = weight(i);
+      if (w == 0.0f) continue;
+      const float* o = part(i).first + x0;
+      for (int64_t x = 0; x < n; ++x) acc[x] += w * o[x];
+    }
+    for (int64_t x = 0; x < n; ++x) {
+      if constexpr (sizeof(T) == 2) out[x0 + x] = f32_to_bf16(acc[x] * inv);
+      else out[x0 + x] = acc[x] * inv;
+    }
   }
   if (lse) *lse = m + float(std::log(sum));
 }
 
-// Merges split partials row by row; each thread accumulates in its job scratch
-// (ws + thread * per_thread, free again once the jobs are done).
+// Merges split partials row by row.
 template <class T>
-void merge_rows(const DecodeJobs& d, uint8_t* ws, size_t per_thread) {
+void merge_rows(const DecodeJobs& d) {
   const int64_t Dv = d.cfg.Dv;
-#pragma omp parallel num_threads(num_threads())
-  {
-    float* acc = reinterpret_cast<float*>(ws + size_t(omp_get_thread_num()) * per_thread);
-#pragma omp for schedule(static)
-    for (int64_t row = 0; row < d.rows_total(); ++row) {
-      const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
-      T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
-                                  size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
-      float* lse = d.lse->empty() ? nullptr
-                                  : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
-      merge_row(d.splits, Dv, [&](int64_t sp) { return std::pair<const float*, float>(d.part_of(row, sp), d.part_of(row, sp)[Dv]); }, o,
-                lse, acc);
-    }
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t row = 0; row < d.rows_total(); ++row) {
+    const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
+    T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
+                                size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
+    float* lse = d.lse->empty() ? nullptr
+                                : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
+    merge_row(d.splits, Dv, [&](int64_t sp) { return std::pair<const float*, float>(d.part_of(row, sp), d.part_of(row, sp)[Dv]); }, o, lse);
   }
 }
 
@@ -518,8 +519,8 @@ Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op)
   c.partial = d.splits > 1;
   run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job) { d.make(idx, job); });
   if (d.splits > 1) {
-    if (d.cfg.bf16) merge_rows<uint16_t>(d, base, per_thread);
-    else merge_rows<float>(d, base, per_thread);
+    if (d.cfg.bf16) merge_rows<uint16_t>(d);
+    else merge_rows<float>(d);
   }
   return Status::Ok();
 }
@@ -732,16 +733,12 @@ Status attention_update(const AttentionUpdateParams& p, Workspace) {
   const float* o = static_cast<const float*>(outs.data);
   const float* l = static_cast<const float*>(lses.data);
   const bool bf = p.out.dtype == DType::kBF16;
-#pragma omp parallel num_threads(num_threads()) if (R > 64)
-  {
-    std::vector<float> acc(static_cast<size_t>(Dv));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-      auto part = [&](int64_t i) { return std::pair<const float*, float>(o + (i * R + r) * Dv, l[i * R + r]); };
-      float* lse = p.lse.empty() ? nullptr : static_cast<float*>(p.lse.data) + r * p.lse.strides[0];
-      if (bf) attn_detail::merge_row(P, Dv, part, static_cast<uint16_t*>(p.out.data) + r * p.out.strides[0], lse, acc.data());
-      else attn_detail::merge_row(P, Dv, part, static_cast<float*>(p.out.data) + r * p.out.strides[0], lse, acc.data());
-    }
+#pragma omp parallel for num_threads(num_threads()) schedule(static) if (R > 64)
+  for (int64_t r = 0; r < R; ++r) {
+    auto part = [&](int64_t i) { return std::pair<const float*, float>(o + (i * R + r) * Dv, l[i * R + r]); };
+    float* lse = p.lse.empty() ? nullptr : static_cast<float*>(p.lse.data) + r * p.lse.strides[0];
+    if (bf) attn_detail::merge_row(P, Dv, part, static_cast<uint16_t*>(p.out.data) + r * p.out.strides[0], lse);
+    else attn_detail::merge_row(P, Dv, part, static_cast<float*>(p.out.data) + r * p.out.strides[0], lse);
   }
   return Status::Ok();
 }
