@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "optx/runtime.h"
 
@@ -318,6 +319,12 @@ double copy_bandwidth(int threads, bool quick, double& read_gbs) {
 }
 
 }  // namespace
+
+Buffer::Buffer(size_t bytes) : p_(aligned_alloc_bytes(bytes)), bytes_(bytes) {
+  if (!p_ && bytes) throw std::bad_alloc();
+  if (p_) std::memset(p_, 0, bytes);
+}
+Buffer::~Buffer() { aligned_free(p_); }
 
 Ceilings measure_ceilings(int threads, bool quick) {
   Ceilings c;

@@ -25,24 +25,15 @@
 namespace optx::attn_detail {
 namespace {
 
-struct Big {  // aligned, touched once
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Big(size_t b) : p(aligned_alloc_bytes(b)), bytes(b) { std::memset(p, 0, b); }
-  ~Big() { aligned_free(p); }
-  uint16_t* h() const { return static_cast<uint16_t*>(p); }
-  float* f() const { return static_cast<float*>(p); }
-};
-
 void bench_flash(bench::Context& ctx, int64_t S) {
   const int64_t H = 16, D = 128;
   testing::Rng rng(1);
-  Big q(size_t(S * H * D) * 2), k(q.bytes), v(q.bytes), out(q.bytes);
-  testing::fill_bf16(q.h(), S * H * D, rng);
-  testing::fill_bf16(k.h(), S * H * D, rng);
-  testing::fill_bf16(v.h(), S * H * D, rng);
-  FlashAttentionParams p{.q = make_view(q.p, DType::kBF16, {1, S, H, D}), .k = make_view(k.p, DType::kBF16, {1, S, H, D}),
-                         .v = make_view(v.p, DType::kBF16, {1, S, H, D}), .out = make_view(out.p, DType::kBF16, {1, S, H, D}),
+  bench::Buffer q(size_t(S * H * D) * 2), k(q.bytes()), v(q.bytes()), out(q.bytes());
+  testing::fill_bf16(q.as<uint16_t>(), S * H * D, rng);
+  testing::fill_bf16(k.as<uint16_t>(), S * H * D, rng);
+  testing::fill_bf16(v.as<uint16_t>(), S * H * D, rng);
+  FlashAttentionParams p{.q = make_view(q.data(), DType::kBF16, {1, S, H, D}), .k = make_view(k.data(), DType::kBF16, {1, S, H, D}),
+                         .v = make_view(v.data(), DType::kBF16, {1, S, H, D}), .out = make_view(out.data(), DType::kBF16, {1, S, H, D}),
                          .causal = true};
   std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   const double flops = 4.0 * double(S) * double(S) * D * H / 2;
@@ -53,29 +44,29 @@ void bench_flash(bench::Context& ctx, int64_t S) {
   auto optx_fn = [&] { bench::check(flash_attention(p, {ws.data(), ws.size()})); };
 
   // basic: per head, scores materialised.
-  Big scores(size_t(S * S) * 4), probs(size_t(S * S) * 2);
+  bench::Buffer scores(size_t(S * S) * 4), probs(size_t(S * S) * 2);
   const float scale = 1.0f / std::sqrt(float(D));
-  GemmParams qk{.a = make_view(q.p, DType::kBF16, {S, D}, {H * D, 1}), .b = make_view(k.p, DType::kBF16, {S, D}, {H * D, 1}),
-                .c = make_view(scores.p, DType::kF32, {S, S}), .alpha = scale};
-  GemmParams pv{.a = make_view(probs.p, DType::kBF16, {S, S}), .b = make_view(v.p, DType::kBF16, {S, D}, {H * D, 1}),
-                .c = make_view(out.p, DType::kBF16, {S, D}, {H * D, 1}), .b_kn = true};
+  GemmParams qk{.a = make_view(q.data(), DType::kBF16, {S, D}, {H * D, 1}), .b = make_view(k.data(), DType::kBF16, {S, D}, {H * D, 1}),
+                .c = make_view(scores.data(), DType::kF32, {S, S}), .alpha = scale};
+  GemmParams pv{.a = make_view(probs.data(), DType::kBF16, {S, S}), .b = make_view(v.data(), DType::kBF16, {S, D}, {H * D, 1}),
+                .c = make_view(out.data(), DType::kBF16, {S, D}, {H * D, 1}), .b_kn = true};
   std::vector<uint8_t> gws(std::max(gemm_workspace_size(qk), gemm_workspace_size(pv)));
   const int th = ctx.threads;
   bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = bench::Roof::kBF16};
-  b.peak_bytes = double(scores.bytes + probs.bytes + gws.size());
+  b.peak_bytes = double(scores.bytes() + probs.bytes() + gws.size());
   b.note = "per head: GEMM -> [S,S] f32 scores, causal softmax -> bf16 P, GEMM";
   auto basic_fn = [&] {
     for (int64_t h = 0; h < H; ++h) {
       GemmParams a = qk, c = pv;
-      a.a.data = q.h() + h * D;
-      a.b.data = k.h() + h * D;
-      c.b.data = v.h() + h * D;
-      c.c.data = out.h() + h * D;
+      a.a.data = q.as<uint16_t>() + h * D;
+      a.b.data = k.as<uint16_t>() + h * D;
+      c.b.data = v.as<uint16_t>() + h * D;
+      c.c.data = out.as<uint16_t>() + h * D;
       bench::check(gemm(a, {gws.data(), gws.size()}));
 #pragma omp parallel for num_threads(th) schedule(dynamic, 16)
       for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i
-        float* s = scores.f() + i * S;
-        uint16_t* pr = probs.h() + i * S;
+        float* s = scores.as<float>() + i * S;
+        uint16_t* pr = probs.as<uint16_t>() + i * S;
         float m = -INFINITY;
         for (int64_t j = 0; j <= i; ++j) m = std::max(m, s[j]);
         float l = 0;
@@ -100,12 +91,12 @@ void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
   const int copies = int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / kv_bytes)));
   const int64_t blocks_per_seq = ctx_len / bs, num_blocks = blocks_per_seq * B * copies;
   const int64_t slots = num_blocks * bs;
-  Big kc(size_t(slots * Hkv * D) * 2);
-  std::unique_ptr<Big> vc;
-  if (!mla) vc = std::make_unique<Big>(size_t(slots * Hkv * Dv) * 2);
+  bench::Buffer kc(size_t(slots * Hkv * D) * 2);
+  std::unique_ptr<bench::Buffer> vc;
+  if (!mla) vc = std::make_unique<bench::Buffer>(size_t(slots * Hkv * Dv) * 2);
   testing::Rng rng(2);
-  testing::fill_bf16(kc.h(), slots * Hkv * D, rng);
-  if (vc) testing::fill_bf16(vc->h(), slots * Hkv * Dv, rng);
+  testing::fill_bf16(kc.as<uint16_t>(), slots * Hkv * D, rng);
+  if (vc) testing::fill_bf16(vc->as<uint16_t>(), slots * Hkv * Dv, rng);
   std::vector<std::vector<int32_t>> tables(size_t(copies), std::vector<int32_t>(size_t(B * blocks_per_seq)));
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
   for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
@@ -124,12 +115,12 @@ void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
   const TensorView lv = make_view(lens.data(), DType::kI32, {B});
   size_t ws_bytes = 0;
   if (mla)
-    ws_bytes = mla_decode_attention_workspace_size({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}),
+    ws_bytes = mla_decode_attention_workspace_size({.q = qv, .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
                                                     .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
                                                     .seq_lens = lv, .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f});
   else
-    ws_bytes = paged_decode_attention_workspace_size({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
-                                                      .v_cache = make_view(vc->p, DType::kBF16, {slots, Hkv * Dv}),
+    ws_bytes = paged_decode_attention_workspace_size({.q = qv, .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
+                                                      .v_cache = make_view(vc->data(), DType::kBF16, {slots, Hkv * Dv}),
                                                       .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
                                                       .seq_lens = lv, .block_size = bs, .kv_heads = Hkv, .out = ov});
   std::vector<uint8_t> ws(ws_bytes);
@@ -138,12 +129,12 @@ void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
   const auto tm = ctx.time_it([&] {
     const TensorView tv = make_view(tables[size_t(set++ % copies)].data(), DType::kI32, {B, blocks_per_seq});
     if (mla)
-      bench::check(mla_decode_attention({.q = qv, .cache = make_view(kc.p, DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
+      bench::check(mla_decode_attention({.q = qv, .cache = make_view(kc.data(), DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
                                   .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f},
                                  {ws.data(), ws.size()}));
     else
-      bench::check(paged_decode_attention({.q = qv, .k_cache = make_view(kc.p, DType::kBF16, {slots, Hkv * D}),
-                                    .v_cache = make_view(vc->p, DType::kBF16, {slots, Hkv * Dv}), .block_tables = tv, .seq_lens = lv,
+      bench::check(paged_decode_attention({.q = qv, .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
+                                    .v_cache = make_view(vc->data(), DType::kBF16, {slots, Hkv * Dv}), .block_tables = tv, .seq_lens = lv,
                                     .block_size = bs, .kv_heads = Hkv, .out = ov},
                                    {ws.data(), ws.size()}));
   });

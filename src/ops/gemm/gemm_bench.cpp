@@ -29,16 +29,6 @@ namespace {
 
 constexpr int64_t kRotateBytes = int64_t(256) << 20;
 
-struct Aligned {
-  void* p = nullptr;
-  explicit Aligned(size_t bytes) : p(aligned_alloc_bytes(bytes)) {}
-  ~Aligned() { aligned_free(p); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
 std::string shape_case(const char* dtype, int64_t M, int64_t N, int64_t K) {
   return std::string("dtype=") + dtype + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
          " K=" + std::to_string(K);
@@ -123,7 +113,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
   const DType t = bf16 ? DType::kBF16 : DType::kF32;
   const size_t es = dtype_size(t);
   testing::Rng rng(11);
-  Aligned a(size_t(M * K) * es), b(size_t(N * K) * es), c(size_t(M * N) * es);
+  bench::Buffer a(size_t(M * K) * es), b(size_t(N * K) * es), c(size_t(M * N) * es);
   if (bf16) {
     testing::fill_bf16(a.as<uint16_t>(), M * K, rng);
     testing::fill_bf16(b.as<uint16_t>(), N * K, rng);
@@ -132,8 +122,8 @@ void bench_square(bench::Context& ctx, bool bf16) {
     testing::fill_f32(b.as<float>(), N * K, rng);
   }
   std::vector<PackedWeights> w(1);
-  bench::check(pack_weights({.w = make_view(b.p, t, {N, K})}, &w[0]));
-  OptxRun optx({.a = make_view(a.p, t, {M, K}), .c = make_view(c.p, t, {M, N})}, w);
+  bench::check(pack_weights({.w = make_view(b.data(), t, {N, K})}, &w[0]));
+  OptxRun optx({.a = make_view(a.data(), t, {M, K}), .c = make_view(c.data(), t, {M, N})}, w);
   const double flops = 2.0 * M * N * K;
   const double bytes = double(M * K + N * K + M * N) * double(es);
   const bench::Roof roof = bf16 ? bench::Roof::kBF16 : bench::Roof::kF32;
@@ -156,7 +146,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
 #ifdef OPTX_HAVE_ONEDNN
   std::unique_ptr<OnednnBf16> dnn;
   if (bf16) {
-    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.p, b.p, c.p, 1);
+    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.data(), b.data(), c.data(), 1);
     peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof});
     peers.back().note = dnn->pd.impl_info_str();
     fns.push_back(std::ref(*dnn));

@@ -19,17 +19,6 @@
 namespace optx::norm_detail {
 namespace {
 
-struct Buf {
-  void* p;
-  size_t bytes;
-  explicit Buf(size_t b) : p(aligned_alloc_bytes(b)), bytes(b) {}
-  ~Buf() { aligned_free(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  uint16_t* h() const { return static_cast<uint16_t*>(p); }
-  float* f() const { return static_cast<float*>(p); }
-};
-
 // Runs fn(t) for rows t in parallel: one "kernel launch" per basic op.
 template <class Fn>
 void rows(int threads, int64_t T, Fn fn) {
@@ -45,15 +34,15 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
   // (add_rms_norm then still runs at or above the memcpy copy figure: its four streams
   // per core beat memcpy's two).
   const int kSets = 3;
-  std::vector<std::unique_ptr<Buf>> x, res, out;
+  std::vector<std::unique_ptr<bench::Buffer>> x, res, out;
   testing::Rng rng(3);
   for (int s = 0; s < kSets; ++s) {
-    x.emplace_back(new Buf(b16));
-    res.emplace_back(new Buf(b16));
-    out.emplace_back(new Buf(b16));
-    testing::fill_bf16(x.back()->h(), n, rng);
-    testing::fill_bf16(res.back()->h(), n, rng);
-    testing::fill_bf16(out.back()->h(), n, rng);
+    x.emplace_back(new bench::Buffer(b16));
+    res.emplace_back(new bench::Buffer(b16));
+    out.emplace_back(new bench::Buffer(b16));
+    testing::fill_bf16(x.back()->as<uint16_t>(), n, rng);
+    testing::fill_bf16(res.back()->as<uint16_t>(), n, rng);
+    testing::fill_bf16(out.back()->as<uint16_t>(), n, rng);
   }
   std::vector<uint16_t> w(static_cast<size_t>(H));
   testing::fill_bf16(w.data(), H, rng, 0.5f, 1.5f);
@@ -67,7 +56,7 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
   r.note = selected_impl(op);
   auto optx_fn = [&] {
     const int s = set++ % kSets;
-    auto v = [&](Buf& b) { return make_view(b.p, DType::kBF16, {T, H}); };
+    auto v = [&](bench::Buffer& b) { return make_view(b.data(), DType::kBF16, {T, H}); };
     if (add)
       bench::check(add_rms_norm({.x = v(*x[s]), .residual = v(*res[s]), .weight = make_view(w.data(), DType::kBF16, {H}),
                           .out = v(*out[s]), .eps = eps}));
@@ -76,29 +65,26 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
   };
 
   // basic: intermediates allocated and touched once, outside the timed region.
-  Buf h32(size_t(n) * 4), sq32(size_t(n) * 4), hb(b16);
+  bench::Buffer h32(size_t(n) * 4), sq32(size_t(n) * 4), hb(b16);
   std::vector<float> var(static_cast<size_t>(T));
-  std::memset(h32.p, 0, h32.bytes);
-  std::memset(sq32.p, 0, sq32.bytes);
-  std::memset(hb.p, 0, hb.bytes);
   const int th = ctx.threads;
   bench::Record b{.op = op, .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
-  b.peak_bytes = double(h32.bytes + sq32.bytes + hb.bytes + var.size() * 4);
+  b.peak_bytes = double(h32.bytes() + sq32.bytes() + hb.bytes() + var.size() * 4);
   b.note = add ? "add, to_f32, pow, mean, *rsqrt, to_bf16, *w" : "to_f32, pow, mean, *rsqrt, to_bf16, *w";
   namespace bo = ::optx::bench::basic;
   auto basic_fn = [&] {
     const int s = set++ % kSets;
-    const uint16_t* src = x[s]->h();
+    const uint16_t* src = x[s]->as<uint16_t>();
     if (add) {
-      rows(th, T, [&](int64_t t) { bo::add_bf16(res[s]->h() + t * H, x[s]->h() + t * H, res[s]->h() + t * H, H); });
-      src = res[s]->h();
+      rows(th, T, [&](int64_t t) { bo::add_bf16(res[s]->as<uint16_t>() + t * H, x[s]->as<uint16_t>() + t * H, res[s]->as<uint16_t>() + t * H, H); });
+      src = res[s]->as<uint16_t>();
     }
-    rows(th, T, [&](int64_t t) { bo::bf16_to_f32_op(src + t * H, h32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { bo::square_f32(h32.f() + t * H, sq32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { var[size_t(t)] = bo::mean_f32(sq32.f() + t * H, H); });
-    rows(th, T, [&](int64_t t) { bo::scale_f32(h32.f() + t * H, 1.0f / std::sqrt(var[size_t(t)] + eps), H); });
-    rows(th, T, [&](int64_t t) { bo::f32_to_bf16_op(h32.f() + t * H, hb.h() + t * H, H); });
-    rows(th, T, [&](int64_t t) { bo::mul_bf16(hb.h() + t * H, w.data(), out[s]->h() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::bf16_to_f32_op(src + t * H, h32.as<float>() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::square_f32(h32.as<float>() + t * H, sq32.as<float>() + t * H, H); });
+    rows(th, T, [&](int64_t t) { var[size_t(t)] = bo::mean_f32(sq32.as<float>() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::scale_f32(h32.as<float>() + t * H, 1.0f / std::sqrt(var[size_t(t)] + eps), H); });
+    rows(th, T, [&](int64_t t) { bo::f32_to_bf16_op(h32.as<float>() + t * H, hb.as<uint16_t>() + t * H, H); });
+    rows(th, T, [&](int64_t t) { bo::mul_bf16(hb.as<uint16_t>() + t * H, w.data(), out[s]->as<uint16_t>() + t * H, H); });
   };
   const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
   ctx.add(r, tm[0], 0, bytes);
