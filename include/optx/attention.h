@@ -64,9 +64,16 @@ Status paged_decode_attention(const PagedDecodeParams& p, Workspace ws);
 
 // DeepSeek MLA decode in absorbed (MQA) form: one shared latent KV head per token, K = the
 // whole cache row (kv_lora_rank + rope_dim), V = its first kv_lora_rank values.
+// The cache is either q's dtype, or the i8 layout kv_rms_norm_rope_cache writes: the
+// latent quantised per token (cache_scales) and the rope part in rope_cache. An i8 latent
+// is dequantised to q's dtype (value * scale in f32, rounded to nearest even) as it is
+// read, so the result is that of a cache holding those values; each key reads
+// kv_lora_rank + 4 + rope_dim * sizeof(q) bytes instead of (kv_lora_rank + rope_dim) * sizeof(q).
 struct MlaDecodeParams {
   TensorView q;             // [B, Sq, Nq, kv_lora_rank + rope_dim] f32 | bf16
-  TensorView cache;         // [num_slots, kv_lora_rank + rope_dim], dtype of q
+  TensorView cache;         // [num_slots, kv_lora_rank + rope_dim], dtype of q; or i8 [num_slots, kv_lora_rank]
+  TensorView cache_scales;  // [num_slots] f32 with an i8 cache, else empty
+  TensorView rope_cache;    // [num_slots, rope_dim], dtype of q, with an i8 cache, else empty
   TensorView block_tables;  // [B, max_blocks] i32
   TensorView seq_lens;      // [B] i32
   int64_t block_size = 64;

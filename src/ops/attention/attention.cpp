@@ -36,23 +36,26 @@ struct Seq {
 };
 
 // ---- the parallel driver ------------------------------------------------------------------
-// Per-thread scratch: one job's floats; jobs made on the fly by make(idx, job).
+size_t scratch_bytes(int64_t D, int64_t Dv) { return align_up(size_t(job_scratch_floats(D, Dv)) * sizeof(float)); }
+
+// Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
+// the fly by make(idx, job).
 template <class Make>
 void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, size_t per_thread, const Make& make) {
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), njobs)));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float* scratch = reinterpret_cast<float*>(ws + size_t(omp_get_thread_num()) * per_thread);
+    uint8_t* mine = ws + size_t(omp_get_thread_num()) * per_thread;
+    float* scratch = reinterpret_cast<float*>(mine);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
       make(idx, job);
+      if (job.kv.i8.lat) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv);
       k.run_job(c, job, scratch);
     }
   }
 }
-
-size_t scratch_bytes(int64_t D, int64_t Dv) { return align_up(size_t(job_scratch_floats(D, Dv)) * sizeof(float)); }
 
 // Rows per job: the heads of a GQA group times as many query positions as fit.
 void row_tiling(int64_t G, int64_t* heads_per_job, int64_t* q_per_job) {
@@ -314,7 +317,11 @@ struct DecodeJobs {
   const int32_t* tables = nullptr;
   int64_t table_stride = 0, block_size = 0;
   const int32_t* seq_lens = nullptr;
+  I8Latent i8;            // i8 MLA cache (staging set per thread by run_jobs)
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
+  size_t per_thread() const {
+    return scratch_bytes(cfg.D, cfg.Dv) + (i8.lat ? align_up(I8Latent::stage_bytes(cfg.D, cfg.bf16)) : 0);
+  }
   int64_t rows_total() const { return B * Sq * Nq; }
   int64_t per_seq() const { return all_heads ? splits : Nkv * head_chunks * q_tiles * splits; }
   // Whether all_heads jobs fit: bf16 head dims the fast kernel takes, every row of a
@@ -359,6 +366,7 @@ struct DecodeJobs {
     job.kv.v_rs = v_rs;
     job.kv.table = tables + b * table_stride;
     job.kv.block_size = block_size;
+    job.kv.i8 = i8;
     const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
     job.kv_begin = std::min(L, nblk * sp / splits * kKvBlock);
     job.kv_end = std::min(L, nblk * (sp + 1) / splits * kKvBlock);
@@ -439,7 +447,7 @@ int64_t decode_splits(const DecodeJobs& d) {
 // Sized for the larger split count of the two job shapes: the workspace query does not
 // know which kernel will run.
 size_t decode_workspace(const DecodeJobs& d) {
-  size_t bytes = scratch_bytes(d.cfg.D, d.cfg.Dv) * size_t(num_threads()) + kAlign;
+  size_t bytes = d.per_thread() * size_t(num_threads()) + kAlign;
   int64_t splits = d.splits;
   if (d.B > 0 && d.all_heads_fit()) {
     DecodeJobs a = d;
@@ -513,7 +521,7 @@ Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the op needs ", need, " (at ", num_threads(),
                  " threads)");
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  const size_t per_thread = scratch_bytes(d.cfg.D, d.cfg.Dv);
+  const size_t per_thread = d.per_thread();
   d.part = d.splits > 1 ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
   Config c = d.cfg;
   c.partial = d.splits > 1;
@@ -586,6 +594,13 @@ DecodeJobs mla_jobs(const MlaDecodeParams& p) {
   d.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(W));
   d.k = d.v = p.cache.data;  // V is the first kv_lora_rank values of the same row
   d.k_rs = d.v_rs = p.cache.strides[0];
+  if (p.cache.dtype == DType::kI8) {
+    d.i8.lat = static_cast<const int8_t*>(p.cache.data);
+    d.i8.scales = static_cast<const float*>(p.cache_scales.data);
+    d.i8.rope = p.rope_cache.data;
+    d.i8.lat_dim = p.kv_lora_rank, d.i8.rope_dim = W - p.kv_lora_rank;
+    d.i8.lat_rs = p.cache.strides[0], d.i8.rope_rs = p.rope_cache.strides[0];
+  }
   decode_common(d, p.q, p.out, p.lse, p.block_tables, p.seq_lens, p.block_size);
   return d;
 }
@@ -598,9 +613,28 @@ Status mla_validate(const MlaDecodeParams& p) {
   if (p.kv_lora_rank < 1 || p.kv_lora_rank >= W)
     return Error(StatusCode::kInvalidArgument, op, ": kv_lora_rank=", p.kv_lora_rank, " must be in [1, q.sizes[3]=", W, ")");
   if (W > kMaxHeadDim) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[3]=", W, " exceeds ", kMaxHeadDim);
-  if (p.cache.sizes[1] != W || p.cache.dtype != p.q.dtype)
-    return Error(StatusCode::kInvalidArgument, op, ": cache must be ", dtype_name(p.q.dtype), " [num_slots, ", W, "], got [",
-                 p.cache.sizes[0], ", ", p.cache.sizes[1], "] ", dtype_name(p.cache.dtype));
+  const int64_t slots = p.cache.sizes[0], rope = W - p.kv_lora_rank;
+  if (p.cache.dtype == DType::kI8) {
+    if (p.cache.sizes[1] != p.kv_lora_rank)
+      return Error(StatusCode::kInvalidArgument, op, ": an i8 cache must be [num_slots, kv_lora_rank=", p.kv_lora_rank, "], got [",
+                   slots, ", ", p.cache.sizes[1], "]");
+    OPTX_RETURN_IF_ERROR(check_tensor(op, p.cache_scales, "cache_scales", 1));
+    if (p.cache_scales.dtype != DType::kF32 || p.cache_scales.sizes[0] != slots)
+      return Error(StatusCode::kInvalidArgument, op, ": cache_scales must be f32 [num_slots=", slots, "] with an i8 cache, got ",
+                   dtype_name(p.cache_scales.dtype), " [", p.cache_scales.sizes[0], "]");
+    OPTX_RETURN_IF_ERROR(check_tensor(op, p.rope_cache, "rope_cache", 2));
+    if (p.rope_cache.dtype != p.q.dtype || p.rope_cache.sizes[0] != slots || p.rope_cache.sizes[1] != rope)
+      return Error(StatusCode::kInvalidArgument, op, ": rope_cache must be ", dtype_name(p.q.dtype), " [num_slots=", slots,
+                   ", rope_dim=", rope, "] with an i8 cache, got ", dtype_name(p.rope_cache.dtype), " [", p.rope_cache.sizes[0],
+                   ", ", p.rope_cache.sizes[1], "]");
+  } else {
+    if (p.cache.sizes[1] != W || p.cache.dtype != p.q.dtype)
+      return Error(StatusCode::kInvalidArgument, op, ": cache must be ", dtype_name(p.q.dtype), " [num_slots, ", W, "] or i8 [num_slots, ",
+                   p.kv_lora_rank, "], got [", slots, ", ", p.cache.sizes[1], "] ", dtype_name(p.cache.dtype));
+    if (!p.cache_scales.empty() || !p.rope_cache.empty())
+      return Error(StatusCode::kInvalidArgument, op, ": cache_scales / rope_cache are for an i8 cache, but cache is ",
+                   dtype_name(p.cache.dtype));
+  }
   return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank);
 }
 

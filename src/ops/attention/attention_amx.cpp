@@ -44,6 +44,7 @@ namespace {
 
 constexpr int kSub = 32;          // keys per tile step: two 16-key A tiles of S^T, one P tile
 constexpr int kSuper = 4 * kSub;  // keys per softmax step and per O load / store
+static_assert(kSuper <= kMaxRowsPerCall);
 constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
 alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // V of keys past the end
 
@@ -173,14 +174,20 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
-  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kSuper, hi - lo), true, kn, vn);
+  // An i8 latent is read from memory when rows() dequantises it, a superblock before
+  // its use: its prefetches run two superblocks ahead, over the sources.
+  const bool i8 = j.kv.i8.lat != nullptr;
+  const void* src_lat[kSuper];
+  const void* src_rope[kSuper];
+  const int64_t lat_lines = (j.kv.i8.lat_dim + 63) / 64, rope_lines = (j.kv.i8.rope_dim * 2 + 63) / 64;
+  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kSuper, hi - lo), true, kn, vn, DequantRow{});
   for (int64_t kb = lo; kb < hi; kb += kSuper) {
     const int64_t n = std::min<int64_t>(kSuper, hi - kb);
     const int nsub = int((n + kSub - 1) / kSub);
     std::copy(kn, kn + n, kp);
     std::copy(vn, vn + n, vpp);
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
-    if (n_next) j.kv.rows(kb + kSuper, n_next, true, kn, vn);
+    if (n_next) j.kv.rows(kb + kSuper, n_next, true, kn, vn, DequantRow{});
     // The next superblock's rows are prefetched a slice per tile step: issued in one
     // burst, the prefetches wait on the fill buffers and hold up the tile work behind
     // them, so memory and compute would take turns instead of overlapping. Into L2: a
@@ -188,14 +195,22 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     // eight alternating rounds: median 11.1-13.9 -> 11.9-15.9 GB/s). Not in prefill
     // (Config::kv_once): flash S = 4096 / 8192 ran 5-25% faster without them.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
-    const int64_t row_lines = k_lines + (v_apart ? v_lines : 0);
+    int64_t n_pf = n_next, a_lines = k_lines, b_lines = v_apart ? v_lines : 0;
+    const void* const* pa = kn;
+    const void* const* pb = vn;
+    if (i8) {
+      n_pf = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - 2 * kSuper));
+      if (n_pf) j.kv.sources(kb + 2 * kSuper, n_pf, true, src_lat, src_rope, DequantRow{});
+      pa = src_lat, pb = src_rope, a_lines = lat_lines, b_lines = rope_lines;
+    }
+    const int64_t row_lines = a_lines + b_lines;
     const int64_t steps = nsub * (D / 32) + Dv / 32;
-    const int64_t pf_step = c.kv_once ? (n_next * row_lines + steps - 1) / steps : 0;
+    const int64_t pf_step = c.kv_once ? (n_pf * row_lines + steps - 1) / steps : 0;
     int64_t pf_key = 0, pf_line = 0;
     auto prefetch_next = [&] {
-      for (int64_t i = 0; i < pf_step && pf_key < n_next; ++i) {
-        _mm_prefetch(pf_line < k_lines ? static_cast<const char*>(kn[pf_key]) + 64 * pf_line
-                                       : static_cast<const char*>(vn[pf_key]) + 64 * (pf_line - k_lines),
+      for (int64_t i = 0; i < pf_step && pf_key < n_pf; ++i) {
+        _mm_prefetch(pf_line < a_lines ? static_cast<const char*>(pa[pf_key]) + 64 * pf_line
+                                       : static_cast<const char*>(pb[pf_key]) + 64 * (pf_line - a_lines),
                      _MM_HINT_T1);
         if (++pf_line == row_lines) pf_line = 0, ++pf_key;
       }

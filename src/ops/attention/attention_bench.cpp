@@ -11,7 +11,9 @@
 // >= 256 MiB.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -83,71 +85,118 @@ void bench_flash(bench::Context& ctx, int64_t S) {
   ctx.add(b, tm[1], flops, 0);
 }
 
-// Decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block tables
-// rotate so the bytes come from DRAM.
-void bench_decode(bench::Context& ctx, bool mla, int64_t B, int64_t ctx_len) {
-  const int64_t Hq = mla ? 16 : 32, Hkv = mla ? 1 : 8, D = mla ? 576 : 128, Dv = mla ? 512 : 128, bs = mla ? 64 : 16;
-  const double kv_bytes = mla ? double(B * ctx_len * D * 2) : double(B * ctx_len * Hkv * (D + Dv) * 2);
-  const int copies = int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / kv_bytes)));
-  const int64_t blocks_per_seq = ctx_len / bs, num_blocks = blocks_per_seq * B * copies;
-  const int64_t slots = num_blocks * bs;
-  bench::Buffer kc(size_t(slots * Hkv * D) * 2);
-  std::unique_ptr<bench::Buffer> vc;
-  if (!mla) vc = std::make_unique<bench::Buffer>(size_t(slots * Hkv * Dv) * 2);
-  testing::Rng rng(2);
-  testing::fill_bf16(kc.as<uint16_t>(), slots * Hkv * D, rng);
-  if (vc) testing::fill_bf16(vc->as<uint16_t>(), slots * Hkv * Dv, rng);
-  std::vector<std::vector<int32_t>> tables(size_t(copies), std::vector<int32_t>(size_t(B * blocks_per_seq)));
+// Shuffled block ids for `copies` disjoint sets of B sequences' block tables.
+std::vector<std::vector<int32_t>> rotated_tables(int copies, int64_t per_copy, testing::Rng& rng) {
+  const int64_t num_blocks = per_copy * copies;
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
   for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
   for (int64_t i = num_blocks - 1; i > 0; --i) std::swap(ids[size_t(i)], ids[size_t(rng.below(i + 1))]);
+  std::vector<std::vector<int32_t>> tables(size_t(copies), std::vector<int32_t>(static_cast<size_t>(per_copy)));
   for (int c = 0; c < copies; ++c)
-    for (int64_t i = 0; i < B * blocks_per_seq; ++i) tables[size_t(c)][size_t(i)] = ids[size_t(c * B * blocks_per_seq + i)];
+    for (int64_t i = 0; i < per_copy; ++i) tables[size_t(c)][size_t(i)] = ids[size_t(c * per_copy + i)];
+  return tables;
+}
+
+// Enough copies of `bytes` to exceed 256 MiB, so rotating them reads from DRAM.
+int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / bytes))); }
+
+// GQA decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block
+// tables rotate so the bytes come from DRAM.
+void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len) {
+  const int64_t Hq = 32, Hkv = 8, D = 128, Dv = 128, bs = 16;
+  const double kv_bytes = double(B * ctx_len * Hkv * (D + Dv) * 2);
+  const int copies = copies_for(kv_bytes);
+  const int64_t blocks_per_seq = ctx_len / bs, slots = blocks_per_seq * B * copies * bs;
+  bench::Buffer kc(size_t(slots * Hkv * D) * 2), vc(size_t(slots * Hkv * Dv) * 2);
+  testing::Rng rng(2);
+  testing::fill_bf16(kc.as<uint16_t>(), slots * Hkv * D, rng);
+  testing::fill_bf16(vc.as<uint16_t>(), slots * Hkv * Dv, rng);
+  auto tables = rotated_tables(copies, B * blocks_per_seq, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
   std::vector<uint16_t> q(size_t(B * Hq * D)), out(size_t(B * Hq * Dv));
   testing::fill_bf16(q.data(), B * Hq * D, rng);
-  const char* op = mla ? "mla_decode_attention" : "paged_decode_attention";
-  const std::string cs = mla ? "dtype=bf16 B=" + std::to_string(B) + " H=16 D=576 ctx=" + std::to_string(ctx_len)
-                             : "dtype=bf16 B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len);
-  bench::Record r{.op = op, .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  const char* op = "paged_decode_attention";
+  bench::Record r{.op = op, .case_ = "dtype=bf16 B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len),
+                  .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
-  const TensorView qv = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}), ov = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv});
-  const TensorView lv = make_view(lens.data(), DType::kI32, {B});
-  size_t ws_bytes = 0;
-  if (mla)
-    ws_bytes = mla_decode_attention_workspace_size({.q = qv, .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
-                                                    .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
-                                                    .seq_lens = lv, .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f});
-  else
-    ws_bytes = paged_decode_attention_workspace_size({.q = qv, .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
-                                                      .v_cache = make_view(vc->data(), DType::kBF16, {slots, Hkv * Dv}),
-                                                      .block_tables = make_view(tables[0].data(), DType::kI32, {B, blocks_per_seq}),
-                                                      .seq_lens = lv, .block_size = bs, .kv_heads = Hkv, .out = ov});
-  std::vector<uint8_t> ws(ws_bytes);
+  auto params = [&](int c) {
+    return PagedDecodeParams{.q = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}),
+                             .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
+                             .v_cache = make_view(vc.data(), DType::kBF16, {slots, Hkv * Dv}),
+                             .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}),
+                             .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Hkv,
+                             .out = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv})};
+  };
+  std::vector<uint8_t> ws(paged_decode_attention_workspace_size(params(0)));
   r.peak_bytes = double(ws.size());
   int set = 0;
-  const auto tm = ctx.time_it([&] {
-    const TensorView tv = make_view(tables[size_t(set++ % copies)].data(), DType::kI32, {B, blocks_per_seq});
-    if (mla)
-      bench::check(mla_decode_attention({.q = qv, .cache = make_view(kc.data(), DType::kBF16, {slots, D}), .block_tables = tv, .seq_lens = lv,
-                                  .block_size = bs, .kv_lora_rank = Dv, .out = ov, .scale = 0.1f},
-                                 {ws.data(), ws.size()}));
-    else
-      bench::check(paged_decode_attention({.q = qv, .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
-                                    .v_cache = make_view(vc->data(), DType::kBF16, {slots, Hkv * Dv}), .block_tables = tv, .seq_lens = lv,
-                                    .block_size = bs, .kv_heads = Hkv, .out = ov},
-                                   {ws.data(), ws.size()}));
-  });
+  const auto tm = ctx.time_it([&] { bench::check(paged_decode_attention(params(set++ % copies), {ws.data(), ws.size()})); });
   ctx.add(r, tm, 0, kv_bytes);
+}
+
+// MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
+// (per-token scales, bf16 rope part) of the same values, timed alternately; each row's
+// bytes are what its cache holds for the context.
+void bench_mla(bench::Context& ctx, int64_t ctx_len) {
+  const int64_t H = 16, D = 576, Dv = 512, R = D - Dv, bs = 64;
+  const double bf16_bytes = double(ctx_len * D * 2), i8_bytes = double(ctx_len * (Dv + 4 + R * 2));
+  const int copies = copies_for(i8_bytes);  // >= the bf16 cache's count
+  const int64_t blocks = ctx_len / bs, slots = blocks * copies * bs;
+  bench::Buffer kc(size_t(slots * D) * 2), lat(size_t(slots * Dv)), sc(size_t(slots) * 4), rc(size_t(slots * R) * 2);
+  testing::Rng rng(2);
+  testing::fill_bf16(kc.as<uint16_t>(), slots * D, rng);
+  for (int64_t s = 0; s < slots; ++s) {  // the i8 layout of the same rows (as kv_cache_write quantises)
+    const uint16_t* row = kc.as<uint16_t>() + s * D;
+    float amax = 0.0f;
+    for (int64_t d = 0; d < Dv; ++d) amax = std::max(amax, std::abs(bf16_to_f32(row[d])));
+    const float scale = amax / 127.0f;
+    sc.as<float>()[s] = scale;
+    for (int64_t d = 0; d < Dv; ++d)
+      lat.as<int8_t>()[s * Dv + d] = scale > 0.0f ? int8_t(std::lrint(bf16_to_f32(row[d]) / scale)) : int8_t(0);
+    std::copy(row + Dv, row + D, rc.as<uint16_t>() + s * R);
+  }
+  auto tables = rotated_tables(copies, blocks, rng);
+  std::vector<int32_t> lens = {int32_t(ctx_len)};
+  std::vector<uint16_t> q(size_t(H * D)), out(size_t(H * Dv));
+  testing::fill_bf16(q.data(), H * D, rng);
+  auto params = [&](bool i8, int c) {
+    MlaDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, H, D}), .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
+                      .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}),
+                      .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs, .kv_lora_rank = Dv,
+                      .out = make_view(out.data(), DType::kBF16, {1, 1, H, Dv}), .scale = 0.1f};
+    if (i8) {
+      p.cache = make_view(lat.data(), DType::kI8, {slots, Dv});
+      p.cache_scales = make_view(sc.data(), DType::kF32, {slots});
+      p.rope_cache = make_view(rc.data(), DType::kBF16, {slots, R});
+    }
+    return p;
+  };
+  const char* op = "mla_decode_attention";
+  const std::string shape = "B=1 H=16 D=576 ctx=" + std::to_string(ctx_len);
+  bench::Record r{.op = op, .case_ = "dtype=bf16 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
+  bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
+  std::vector<uint8_t> ws(std::max(mla_decode_attention_workspace_size(params(false, 0)), mla_decode_attention_workspace_size(params(true, 0))));
+  r.peak_bytes = r8.peak_bytes = double(ws.size());
+  int set = 0, set8 = 0;
+  const auto tm = ctx.time_interleaved({
+      [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); },
+      [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
+  });
+  char note[96];
+  std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);
+  r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
+  r8.note = std::string(selected_impl(op)) + note;
+  ctx.add(r, tm[0], 0, bf16_bytes);
+  ctx.add(r8, tm[1], 0, i8_bytes);
 }
 
 void bench_attention(bench::Context& ctx) {
   bench_flash(ctx, 4096);
   if (!ctx.quick) bench_flash(ctx, 8192);
-  for (int64_t c : {8192, 32768}) bench_decode(ctx, false, 1, c);
-  bench_decode(ctx, false, 8, 8192);
-  if (!ctx.quick) bench_decode(ctx, false, 8, 32768);
-  for (int64_t c : {8192, 32768}) bench_decode(ctx, true, 1, c);
+  for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c);
+  bench_paged(ctx, 8, 8192);
+  if (!ctx.quick) bench_paged(ctx, 8, 32768);
+  for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
 }
 
 OPTX_REGISTER_BENCH("flash_attention|paged_decode_attention|mla_decode_attention", bench_attention);

@@ -145,11 +145,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   alignas(64) float st[16 * R];
   const __m512i st_rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(R));
 #endif
-  if (lo < hi) j.kv.rows(lo, std::min(kBlock, hi - lo), true, kp, vp);
+  if (lo < hi) j.kv.rows(lo, std::min(kBlock, hi - lo), true, kp, vp, DequantRow{});
   for (int64_t kb = lo; kb < hi; kb += kBlock) {
     const int64_t n = std::min(kBlock, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(kBlock, hi - kb - kBlock));
-    if (n_next) j.kv.rows(kb + kBlock, n_next, true, kp + kBlock, vp + kBlock);
+    if (n_next) j.kv.rows(kb + kBlock, n_next, true, kp + kBlock, vp + kBlock, DequantRow{});
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int nc = int(std::min<int64_t>(16, n - c0));
       const int npf = int(std::min<int64_t>(16, n + n_next - c0 - 16));  // next chunk's keys

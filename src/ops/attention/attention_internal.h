@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "dispatch/registry.h"
 #include "optx/attention.h"
@@ -23,17 +24,65 @@ inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row deco
 inline constexpr int64_t kKvBlock = 64;
 inline constexpr int64_t kMaxHeadDim = 1024;
 
+// Keys a kernel asks KvView::rows() for at once (a block or an AMX superblock).
+inline constexpr int64_t kMaxRowsPerCall = 128;
+static_assert(kKvBlock <= kMaxRowsPerCall);
+
+// An i8 MLA latent cache (the layout kv_rms_norm_rope_cache writes): key j is
+// [scales[slot] * lat[slot] | rope[slot]]. KvView dequantises such rows into the job's
+// staging ring, rounded once to the q dtype, so every kernel (and the reference) reads
+// plain rows; the ring holds two calls' rows, the block in use and the next one.
+struct I8Latent {
+  const int8_t* lat = nullptr;
+  const float* scales = nullptr;
+  const void* rope = nullptr;
+  int64_t lat_dim = 0, rope_dim = 0;
+  int64_t lat_rs = 0, rope_rs = 0;  // element strides between slots
+  uint8_t* stage = nullptr;         // 2 * kMaxRowsPerCall rows of lat_dim + rope_dim values
+  static size_t stage_bytes(int64_t D, bool bf16) { return size_t(2 * kMaxRowsPerCall * D) * (bf16 ? 2 : 4); }
+};
+
+// One i8 latent row -> dst in the q dtype (value * scale in f32, rounded to nearest
+// even), then the rope part's bytes after it. static: each unit (each compiled with its
+// own ISA flags) keeps its own copy.
+static inline void dequant_i8_row(const int8_t* x, float s, int64_t n, const void* rope, size_t rope_bytes, bool bf16, uint8_t* dst) {
+  if (bf16) {
+    uint16_t* o = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t d = 0; d < n; ++d) o[d] = f32_to_bf16(float(x[d]) * s);
+  } else {
+    float* o = reinterpret_cast<float*>(dst);
+    for (int64_t d = 0; d < n; ++d) o[d] = float(x[d]) * s;
+  }
+  std::memcpy(dst + size_t(n) * (bf16 ? 2 : 4), rope, rope_bytes);
+}
+
+// The member functions that walk pages and dequantise take the calling unit's Deq, a
+// functor type local to that unit: every ISA unit then gets its own instantiation,
+// compiled with its own flags (one shared inline copy could be an AVX-512 build of the
+// loop, picked by the linker for the scalar unit too).
 struct KvView {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t k_rs = 0, v_rs = 0;        // element stride between key positions (or slots)
   const int32_t* table = nullptr;    // paged: key j lives in slot table[j / bs] * bs + j % bs
   int64_t block_size = 0;
-  const void* key(int64_t j, bool bf16) const { return row(k, k_rs, j, bf16); }
-  const void* value(int64_t j, bool bf16) const { return row(v, v_rs, j, bf16); }
-  // Row addresses of keys j0 .. j0 + n: one division per call, then a page walk (a
-  // division per key cost more than the key's whole dot product in decode).
-  void rows(int64_t j0, int64_t n, bool bf16, const void** kp, const void** vp) const {
+  I8Latent i8;                       // i8.lat set: k / v unused, rows come from the staging ring
+  mutable int ring = 0;              // staging half the next rows() call fills
+  // One key's row; with an i8 latent, dequantised into the ring's first row (valid until
+  // the next call): for the reference's key-at-a-time reads.
+  template <class Deq>
+  const void* key(int64_t j, bool bf16, const Deq& deq) const {
+    return i8.lat ? dequant(slot(j), bf16, i8.stage, deq) : row(k, k_rs, j, bf16);
+  }
+  template <class Deq>
+  const void* value(int64_t j, bool bf16, const Deq& deq) const {
+    return i8.lat ? dequant(slot(j), bf16, i8.stage, deq) : row(v, v_rs, j, bf16);
+  }
+  // Row addresses of keys j0 .. j0 + n (n <= kMaxRowsPerCall): one division per call,
+  // then a page walk (a division per key cost more than the key's whole dot product in
+  // decode). With an i8 latent the rows are dequantised here, into the other ring half.
+  template <class Deq>
+  void rows(int64_t j0, int64_t n, bool bf16, const void** kp, const void** vp, const Deq& deq) const {
     const size_t es = bf16 ? 2 : 4;
     const uint8_t* kb = static_cast<const uint8_t*>(k);
     const uint8_t* vb = static_cast<const uint8_t*>(v);
@@ -44,19 +93,50 @@ struct KvView {
       }
       return;
     }
+    uint8_t* stage = nullptr;
+    const size_t stage_row = size_t(i8.lat_dim + i8.rope_dim) * es;
+    if (i8.lat) {
+      stage = i8.stage + size_t(ring) * size_t(kMaxRowsPerCall) * stage_row;
+      ring ^= 1;
+    }
     int64_t blk = j0 / block_size, off = j0 % block_size;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t slot = int64_t(table[blk]) * block_size + off;
-      kp[i] = kb + size_t(slot * k_rs) * es;
-      vp[i] = vb + size_t(slot * v_rs) * es;
+      if (stage) {
+        kp[i] = vp[i] = dequant(slot, bf16, stage + size_t(i) * stage_row, deq);
+      } else {
+        kp[i] = kb + size_t(slot * k_rs) * es;
+        vp[i] = vb + size_t(slot * v_rs) * es;
+      }
+      if (++off == block_size) off = 0, ++blk;
+    }
+  }
+
+  // i8 latent: the source rows (latent, rope) of keys j0 .. j0 + n, for prefetching them
+  // ahead of the rows() call that dequantises them.
+  template <class Deq>
+  void sources(int64_t j0, int64_t n, bool bf16, const void** lat_p, const void** rope_p, const Deq&) const {
+    const size_t es = bf16 ? 2 : 4;
+    int64_t blk = j0 / block_size, off = j0 % block_size;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = int64_t(table[blk]) * block_size + off;
+      lat_p[i] = i8.lat + slot * i8.lat_rs;
+      rope_p[i] = static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es;
       if (++off == block_size) off = 0, ++blk;
     }
   }
 
  private:
+  int64_t slot(int64_t j) const { return table ? int64_t(table[j / block_size]) * block_size + j % block_size : j; }
   const void* row(const void* base, int64_t rs, int64_t j, bool bf16) const {
-    const int64_t slot = table ? int64_t(table[j / block_size]) * block_size + j % block_size : j;
-    return static_cast<const uint8_t*>(base) + size_t(slot * rs) * (bf16 ? 2 : 4);
+    return static_cast<const uint8_t*>(base) + size_t(slot(j) * rs) * (bf16 ? 2 : 4);
+  }
+  template <class Deq>
+  const void* dequant(int64_t slot, bool bf16, uint8_t* dst, const Deq& deq) const {
+    const size_t es = bf16 ? 2 : 4;
+    deq(i8.lat + slot * i8.lat_rs, i8.scales[slot], i8.lat_dim, static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es,
+        size_t(i8.rope_dim) * es, bf16, dst);
+    return dst;
   }
 };
 

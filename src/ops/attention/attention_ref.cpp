@@ -7,6 +7,11 @@
 
 namespace optx::attn_detail {
 namespace {
+struct DequantRow {
+  void operator()(const int8_t* x, float s, int64_t n, const void* rope, size_t rope_bytes, bool bf16, uint8_t* dst) const {
+    dequant_i8_row(x, s, n, rope, rope_bytes, bf16, dst);
+  }
+};
 double get(const void* p, bool bf16, int64_t i) {
   return bf16 ? double(bf16_to_f32(static_cast<const uint16_t*>(p)[i])) : double(static_cast<const float*>(p)[i]);
 }
@@ -20,7 +25,7 @@ void run_job_reference(const Config& c, const Job& j) {
     double m = -INFINITY;
     for (int64_t t = 0; t < n; ++t) {
       const int64_t key = j.kv_begin + t;
-      const void* k = j.kv.key(key, c.bf16);
+      const void* k = j.kv.key(key, c.bf16, DequantRow{});
       double x = 0;
       for (int64_t d = 0; d < c.D; ++d) x += get(row.q, c.bf16, d) * get(k, c.bf16, d);
       x *= c.scale;
@@ -38,7 +43,7 @@ void run_job_reference(const Config& c, const Job& j) {
         if (s[size_t(t)] == -INFINITY) continue;
         const double p = std::exp(s[size_t(t)] - m);
         l += p;
-        const void* v = j.kv.value(j.kv_begin + t, c.bf16);
+        const void* v = j.kv.value(j.kv_begin + t, c.bf16, DequantRow{});
         for (int64_t d = 0; d < c.Dv; ++d) o[size_t(d)] += p * get(v, c.bf16, d);
       }
       if (row.sink != -INFINITY) l += std::exp(double(row.sink) - m);

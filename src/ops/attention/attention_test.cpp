@@ -127,6 +127,26 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
   set_num_threads(0);
 }
 
+// The i8 latent layout kv_rms_norm_rope_cache writes (per-token scales, some tokens all
+// zero, rope part in the q dtype), through every kernel and both split paths.
+TEST(MlaDecode, I8CacheMatchesNaiveSplitOrNot) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : mla_registry().runnable())
+      for (DType dt : {DType::kF32, DType::kBF16})
+        for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
+                                                   {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
+                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{600}}}) {
+          DecodeCase c;
+          c.mla = true, c.i8 = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank;
+          c.lens = lens, c.block_size = 64;
+          const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B + 7));
+          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+        }
+  }
+  set_num_threads(0);
+}
+
 TEST(AttentionUpdate, MergesPartialsLikeOnePass) {
   // Attention over 40 keys == merge of attention over keys [0,25) and [25,40).
   const int64_t Skv = 40, D = 32, Nq = 3;
@@ -189,6 +209,32 @@ TEST(AttentionBadInput, MessagesNameTheArgument) {
   lens[0] = 4;
   st = paged_decode_attention(d, {ws.data(), ws.size()});
   EXPECT_NE(st.message().find("block_tables[0][1]=9 is outside [0, 3)"), std::string::npos) << st.message();
+
+  // MLA with an i8 latent: the scales and the rope part must come with it, and only with it.
+  std::vector<int8_t> lat(6 * 48);
+  std::vector<float> sc(6), rope(6 * 16);
+  MlaDecodeParams m{.q = make_view(q.data(), DType::kF32, {1, 1, 4, 64}), .cache = make_view(lat.data(), DType::kI8, {6, 48}),
+                    .block_tables = make_view(tables.data(), DType::kI32, {1, 2}), .seq_lens = make_view(lens.data(), DType::kI32, {1}),
+                    .block_size = 2, .kv_lora_rank = 48, .out = make_view(out.data(), DType::kF32, {1, 1, 4, 48})};
+  tables[1] = 1;
+  st = mla_decode_attention(m, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("cache_scales.rank=0 but must be 1"), std::string::npos) << st.message();
+  m.cache_scales = make_view(sc.data(), DType::kF32, {5});
+  st = mla_decode_attention(m, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("cache_scales must be f32 [num_slots=6] with an i8 cache, got f32 [5]"), std::string::npos) << st.message();
+  m.cache_scales = make_view(sc.data(), DType::kF32, {6});
+  m.rope_cache = make_view(rope.data(), DType::kF32, {6, 8});
+  st = mla_decode_attention(m, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("rope_cache must be f32 [num_slots=6, rope_dim=16] with an i8 cache, got f32 [6, 8]"), std::string::npos)
+      << st.message();
+  m.rope_cache = make_view(rope.data(), DType::kF32, {6, 16});
+  EXPECT_TRUE(mla_decode_attention(m, {ws.data(), mla_decode_attention_workspace_size(m)}).ok());
+  m.cache = make_view(lat.data(), DType::kI8, {6, 64});
+  st = mla_decode_attention(m, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("an i8 cache must be [num_slots, kv_lora_rank=48], got [6, 64]"), std::string::npos) << st.message();
+  m.cache = make_view(k.data(), DType::kF32, {6, 64});
+  st = mla_decode_attention(m, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("cache_scales / rope_cache are for an i8 cache, but cache is f32"), std::string::npos) << st.message();
 }
 
 TEST(AttentionDispatch, SelectedRespectsMaxIsa) {

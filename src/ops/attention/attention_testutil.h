@@ -212,12 +212,13 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
 struct DecodeCase {
   DType dtype = DType::kBF16;
   bool mla = false;
+  bool i8 = false;  // mla only: i8 latent + f32 per-token scales + rope part in dtype
   int64_t B = 2, Sq = 1, Nq = 8, Nkv = 2, D = 64, Dv = 64;  // mla: D = rank + rope, Dv = rank, Nkv = 1
   std::vector<int32_t> lens = {37, 130};
   int64_t block_size = 16;
   std::string name() const {
     std::ostringstream os;
-    os << "dtype=" << dtype_name(dtype) << " B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv
+    os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << " B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv
        << " block=" << block_size << " lens=";
     for (size_t i = 0; i < lens.size(); ++i) os << (i ? "/" : "") << lens[i];
     return os.str();
@@ -257,9 +258,36 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   const TensorView lv = make_view(lse.data(), DType::kF32, {c.B, c.Nq, c.Sq});
   const TensorView tv = make_view(tables.data(), DType::kI32, {c.B, max_blocks});
   const TensorView sv = make_view(lens.data(), DType::kI32, {c.B});
+  // i8 latent: per-token symmetric quantisation of the values kc holds (scale = max|x| /
+  // 127, some tokens all zero); the reference reads kc's latent replaced by the dequantised
+  // values rounded to dtype, which is the op's definition.
+  const int64_t rope = c.D - c.Dv;
+  std::vector<int8_t> lat(c.i8 ? size_t(slots * c.Dv) : 0);
+  std::vector<float> lat_scales(c.i8 ? size_t(slots) : 0);
+  Buf rc(c.dtype, c.i8 ? size_t(slots * rope) : 0);
+  if (c.i8) {
+    for (int64_t s = 0; s < slots; ++s) {
+      const bool zero = s % 7 == 3;
+      double amax = 0;
+      for (int64_t d = 0; d < c.Dv; ++d) amax = std::max(amax, std::abs(kc.get(size_t(s * kw + d))));
+      const float sc = zero ? 0.0f : float(amax / 127);
+      lat_scales[size_t(s)] = sc;
+      for (int64_t d = 0; d < c.Dv; ++d) {
+        const int8_t x = zero ? 0 : int8_t(std::lrint(kc.get(size_t(s * kw + d)) / sc));
+        lat[size_t(s * c.Dv + d)] = x;
+        kc.set(size_t(s * kw + d), float(x) * sc);  // rounds to dtype as the op does
+      }
+      for (int64_t d = 0; d < rope; ++d) rc.set(size_t(s * rope + d), float(kc.get(size_t(s * kw + c.Dv + d))));
+    }
+  }
   if (c.mla) {
     MlaDecodeParams p{.q = qv, .cache = make_view(kc.data(), c.dtype, {slots, c.D}), .block_tables = tv, .seq_lens = sv,
                       .block_size = bs, .kv_lora_rank = c.Dv, .out = ov, .lse = lv, .scale = 0.1f};
+    if (c.i8) {
+      p.cache = make_view(lat.data(), DType::kI8, {slots, c.Dv});
+      p.cache_scales = make_view(lat_scales.data(), DType::kF32, {slots});
+      p.rope_cache = make_view(rc.data(), c.dtype, {slots, rope});
+    }
     ws.resize(mla_decode_attention_workspace_size(p));
     o.status = mla_run(impl.fn(), p, {ws.data(), ws.size()});
   } else {

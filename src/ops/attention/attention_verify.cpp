@@ -47,11 +47,13 @@ void verify_decode(std::vector<verify::Record>& out) {
         rec(out, "paged_decode_attention", impl->name, c.name(), testutil::run_decode(*impl, c, uint64_t(B)));
       }
   for (const auto* impl : mla_registry().runnable())
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      testutil::DecodeCase c;
-      c.mla = true, c.dtype = dt, c.B = 2, c.Sq = 1, c.Nq = 16, c.Nkv = 1, c.D = 576, c.Dv = 512, c.lens = {17, 239}, c.block_size = 64;
-      rec(out, "mla_decode_attention", impl->name, c.name(), testutil::run_decode(*impl, c, 9));
-    }
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (bool i8 : {false, true}) {
+        testutil::DecodeCase c;
+        c.mla = true, c.i8 = i8, c.dtype = dt, c.B = 2, c.Sq = 1, c.Nq = 16, c.Nkv = 1, c.D = 576, c.Dv = 512, c.lens = {17, 239};
+        c.block_size = 64;
+        rec(out, "mla_decode_attention", impl->name, c.name(), testutil::run_decode(*impl, c, 9));
+      }
 }
 
 OPTX_REGISTER_VERIFY("flash_attention", verify_flash);
