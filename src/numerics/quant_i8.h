@@ -12,6 +12,10 @@
 #include "optx/tensor.h"
 
 namespace optx::numerics {
+// Unnamed namespace: ISA units instantiate this with their own flags (AVX-512 ones
+// vectorise it with zmm registers); with external linkage the linker would keep one
+// instantiation for all units, possibly an AVX-512 build for the scalar / AVX2 paths.
+namespace {
 
 template <class T>
 void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
@@ -27,4 +31,5 @@ void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   *scale = amax / 127.0f;
 }
 
+}  // namespace
 }  // namespace optx::numerics
