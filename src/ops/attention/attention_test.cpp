@@ -108,41 +108,25 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
   set_num_threads(0);
 }
 
+// The cache in q's dtype and in the i8 layout kv_rms_norm_rope_cache writes (per-token
+// scales, some tokens all zero, rope part in the q dtype), through every kernel and both
+// split paths.
 TEST(MlaDecode, MatchesNaiveSplitOrNot) {
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const auto* impl : mla_registry().runnable())
       for (DType dt : {DType::kF32, DType::kBF16})
-        for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
-                                                   {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
-                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{65}},
-                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{600}}}) {
-          DecodeCase c;
-          c.mla = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank, c.lens = lens;
-          c.block_size = 64;
-          const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B));
-          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
-        }
-  }
-  set_num_threads(0);
-}
-
-// The i8 latent layout kv_rms_norm_rope_cache writes (per-token scales, some tokens all
-// zero, rope part in the q dtype), through every kernel and both split paths.
-TEST(MlaDecode, I8CacheMatchesNaiveSplitOrNot) {
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (const auto* impl : mla_registry().runnable())
-      for (DType dt : {DType::kF32, DType::kBF16})
-        for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
-                                                   {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
-                                                   {1, 1, 16, 512, 64, std::vector<int32_t>{600}}}) {
-          DecodeCase c;
-          c.mla = true, c.i8 = true, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank;
-          c.lens = lens, c.block_size = 64;
-          const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B + 7));
-          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
-        }
+        for (bool i8 : {false, true})
+          for (auto [B, Sq, Nq, rank, rope, lens] : {std::tuple{1, 1, 16, 64, 16, std::vector<int32_t>{70}},
+                                                     {2, 2, 4, 32, 16, std::vector<int32_t>{2, 150}},
+                                                     {1, 1, 16, 512, 64, std::vector<int32_t>{65}},
+                                                     {1, 1, 16, 512, 64, std::vector<int32_t>{600}}}) {
+            DecodeCase c;
+            c.mla = true, c.i8 = i8, c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank;
+            c.lens = lens, c.block_size = 64;
+            const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B + (i8 ? 7 : 0)));
+            EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+          }
   }
   set_num_threads(0);
 }
