@@ -66,8 +66,8 @@ Status paged_decode_attention(const PagedDecodeParams& p, Workspace ws);
 // whole cache row (kv_lora_rank + rope_dim), V = its first kv_lora_rank values.
 // The cache is either q's dtype, or the i8 layout kv_rms_norm_rope_cache writes: the
 // latent quantised per token (cache_scales) and the rope part in rope_cache. An i8 latent
-// is dequantised to q's dtype (value * scale in f32, rounded to nearest even) as it is
-// read, so the result is that of a cache holding those values; each key reads
+// stands for value * scale; the result is within 2x the error of attention over those
+// values rounded to q's dtype (plus the usual bound), and each key reads
 // kv_lora_rank + 4 + rope_dim * sizeof(q) bytes instead of (kv_lora_rank + rope_dim) * sizeof(q).
 struct MlaDecodeParams {
   TensorView q;             // [B, Sq, Nq, kv_lora_rank + rope_dim] f32 | bf16

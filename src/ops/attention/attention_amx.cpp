@@ -120,6 +120,59 @@ void build_qt(const Job& j, int64_t D, uint16_t* qt) {
     }
 }
 
+// q's latent part for int8 scores against an i8 cache: per row qs = max|q| / 127,
+// q ~ qs * (h + l / 254) with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's
+// half ulp for all but the row's smallest values); h and l in the B-tile layout of
+// TDPBSSD ([L/4][32 rows][4]), rows past R zero. tmp: [2][32][L] bytes.
+void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8_t* tmp) {
+  const __m512 k254 = _mm512_set1_ps(254.0f);
+  for (int r = 0; r < 32; ++r) {
+    int8_t* h = tmp + r * L;
+    int8_t* l = tmp + (32 + r) * L;
+    if (r >= j.nrows) {
+      std::memset(h, 0, size_t(L)), std::memset(l, 0, size_t(L));
+      qs[r] = 0.0f;
+      continue;
+    }
+    const uint16_t* q = static_cast<const uint16_t*>(j.rows[r].q);
+    auto load = [&](int64_t d) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + d))), 16)); };
+    __m512 amax = _mm512_setzero_ps();
+    for (int64_t d = 0; d < L; d += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load(d)));
+    const float m = _mm512_reduce_max_ps(amax);
+    qs[r] = m / 127.0f;
+    const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+    for (int64_t d = 0; d < L; d += 16) {
+      const __m512 x = _mm512_mul_ps(load(d), inv);
+      const __m512 hf = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 lf = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, hf), k254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(h + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hf)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(l + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lf)));
+    }
+  }
+  for (int part = 0; part < 2; ++part)
+    for (int half = 0; half < 2; ++half)
+      for (int64_t p0 = 0; p0 < L / 4; p0 += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(tmp + (part * 32 + 16 * half + i) * L + 4 * p0);
+        transpose16_epi32(r);
+        int8_t* out = part ? q8l : q8h;
+        for (int c = 0; c < 16; ++c) _mm512_store_si512(out + ((p0 + c) * 32 + 16 * half) * 4, r[c]);
+      }
+}
+
+// V pairs of 32 columns of i8 rows a and b (b null: zeros), exactly in bf16 (every int8 is
+// a bf16; the token scales go into P), in stage_pairs' order.
+OPTX_ALWAYS_INLINE void stage_pairs_i8(const int8_t* a, const int8_t* b, uint16_t* lo, uint16_t* hi) {
+  auto bf = [](const int8_t* x) {
+    const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
+    const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16))));
+    return (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
+  };
+  const __m512i va = bf(a), vb = b ? bf(b) : _mm512_setzero_si512();
+  _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
+  _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
+}
+
 void from_pair_order(float* o, int rows, int64_t Dv) {
   const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
@@ -149,6 +202,29 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
 
   build_qt(j, D, qt);
   std::memset(o, 0, sizeof(float) * size_t(RT * Dv));
+  // An i8 latent cache: scores from TDPBSSD on the cache's int8 rows against q in two
+  // int8 halves (build_q8), the rope part in bf16, the token scale applied to each key's
+  // latent score and folded into its P column; V pairs converted exactly from int8. No
+  // dequantised rows are staged (KvView's ring space holds this path's buffers instead).
+  const I8Latent& x8 = j.kv.i8;
+  const int64_t L = x8.lat_dim, RD = x8.rope_dim;
+  static const bool amx_int8 = cpu_features().amx_int8;
+  const size_t q8_bytes = size_t(64 * L) + size_t(2 * kSuper * 32 * 4) + size_t(32 * L) + size_t(64 * RD) + size_t(64 * L);
+  const bool q8 = x8.lat && amx_int8 && L % 64 == 0 && RD % 32 == 0 && q8_bytes <= I8Latent::stage_bytes(D, true);
+  int8_t* q8h = nullptr;
+  int8_t* q8l = nullptr;
+  int32_t* sti = nullptr;  // [2][kSuper keys][32 rows]: the h and l scores
+  int8_t* kst8 = nullptr;  // [32][L] staged latent rows (where not at one stride)
+  uint16_t* kstr = nullptr;  // [32][RD] staged rope rows
+  alignas(64) float qs[32];
+  if (q8) {
+    q8h = reinterpret_cast<int8_t*>(x8.stage);
+    q8l = q8h + 32 * L;
+    sti = reinterpret_cast<int32_t*>(q8l + 32 * L);
+    kst8 = reinterpret_cast<int8_t*>(sti + 2 * kSuper * 32);
+    kstr = reinterpret_cast<uint16_t*>(kst8 + 32 * L);
+    build_q8(j, L, q8h, q8l, qs, reinterpret_cast<int8_t*>(kstr + 32 * RD));
+  }
   // Per-row running state as vectors over rows; diagonal positions (padded rows see nothing).
   alignas(64) float diag[32], mrow[32], lrow[32];
   for (int r = 0; r < 32; ++r) {
@@ -174,20 +250,27 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
-  // An i8 latent is read from memory when rows() dequantises it, a superblock before
-  // its use: its prefetches run two superblocks ahead, over the sources.
-  const bool i8 = j.kv.i8.lat != nullptr;
+  // An i8 latent staged by rows() is read from memory when rows() dequantises it, a
+  // superblock before its use: its prefetches run two superblocks ahead, over the sources.
+  // The int8 path reads the sources themselves (kp / vpp: latent / rope rows).
+  const bool i8 = x8.lat != nullptr;
   const void* src_lat[kSuper];
   const void* src_rope[kSuper];
-  const int64_t lat_lines = (j.kv.i8.lat_dim + 63) / 64, rope_lines = (j.kv.i8.rope_dim * 2 + 63) / 64;
-  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kSuper, hi - lo), true, kn, vn, DequantRow{});
+  alignas(64) float sk[kSuper], sk_next[kSuper];  // int8 path: the keys' scales
+  const int64_t lat_lines = (L + 63) / 64, rope_lines = (RD * 2 + 63) / 64;
+  auto fetch = [&](int64_t j0, int64_t cnt) {
+    if (q8) j.kv.sources(j0, cnt, true, kn, vn, sk_next, DequantRow{});
+    else j.kv.rows(j0, cnt, true, kn, vn, DequantRow{});
+  };
+  if (lo < hi) fetch(lo, std::min<int64_t>(kSuper, hi - lo));
   for (int64_t kb = lo; kb < hi; kb += kSuper) {
     const int64_t n = std::min<int64_t>(kSuper, hi - kb);
     const int nsub = int((n + kSub - 1) / kSub);
     std::copy(kn, kn + n, kp);
     std::copy(vn, vn + n, vpp);
+    if (q8) std::copy(sk_next, sk_next + n, sk);
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
-    if (n_next) j.kv.rows(kb + kSuper, n_next, true, kn, vn, DequantRow{});
+    if (n_next) fetch(kb + kSuper, n_next);
     // The next superblock's rows are prefetched a slice per tile step: issued in one
     // burst, the prefetches wait on the fill buffers and hold up the tile work behind
     // them, so memory and compute would take turns instead of overlapping. Into L2: a
@@ -198,9 +281,11 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     int64_t n_pf = n_next, a_lines = k_lines, b_lines = v_apart ? v_lines : 0;
     const void* const* pa = kn;
     const void* const* pb = vn;
-    if (i8) {
+    if (q8) {
+      a_lines = lat_lines, b_lines = rope_lines;
+    } else if (i8) {
       n_pf = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - 2 * kSuper));
-      if (n_pf) j.kv.sources(kb + 2 * kSuper, n_pf, true, src_lat, src_rope, DequantRow{});
+      if (n_pf) j.kv.sources(kb + 2 * kSuper, n_pf, true, src_lat, src_rope, nullptr, DequantRow{});
       pa = src_lat, pb = src_rope, a_lines = lat_lines, b_lines = rope_lines;
     }
     const int64_t row_lines = a_lines + b_lines;
@@ -216,7 +301,87 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       }
     };
     // S^T = K . Q^T, 32 keys per step over D in steps of 32.
-    for (int sb = 0; sb < nsub; ++sb) {
+    for (int sb = 0; q8 && sb < nsub; ++sb) {
+      const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
+      // A tiles straight from the latent / rope rows where 16 keys sit at one stride.
+      const int8_t* la[2];
+      const uint16_t* ra[2];
+      int64_t la_stride[2], ra_stride[2];
+      for (int t = 0; t < 2; ++t) {
+        const int64_t k0 = 16 * t;
+        auto direct_of = [&](const void* const* ptr, int64_t* stride) {
+          const char* base = k0 < ns ? static_cast<const char*>(ptr[s0 + k0]) : nullptr;
+          *stride = k0 + 1 < ns ? static_cast<const char*>(ptr[s0 + k0 + 1]) - base : 0;
+          bool direct = k0 + 16 <= ns && *stride > 0;
+          for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(ptr[s0 + k0 + i]) - base == i * *stride;
+          return direct ? base : nullptr;
+        };
+        la[t] = reinterpret_cast<const int8_t*>(direct_of(kp, &la_stride[t]));
+        ra[t] = reinterpret_cast<const uint16_t*>(direct_of(vpp, &ra_stride[t]));
+        for (int64_t k = k0; !la[t] && k < k0 + 16; ++k) {
+          if (k < ns) std::memcpy(kst8 + k * L, kp[s0 + k], size_t(L));
+          else std::memset(kst8 + k * L, 0, size_t(L));
+        }
+        for (int64_t k = k0; !ra[t] && k < k0 + 16; ++k) {
+          if (k < ns) std::memcpy(kstr + k * RD, vpp[s0 + k], size_t(RD) * 2);
+          else std::memset(kstr + k * RD, 0, size_t(RD) * 2);
+        }
+        if (!la[t]) la[t] = kst8 + k0 * L, la_stride[t] = L;
+        if (!ra[t]) ra[t] = kstr + k0 * RD, ra_stride[t] = RD * 2;
+      }
+      for (int part = 0; part < 2; ++part) {
+        const int8_t* qb = part ? q8l : q8h;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t d = 0; d < L; d += 64) {
+          prefetch_next();
+          _tile_loadd(4, la[0] + d, la_stride[0]);
+          _tile_loadd(5, la[1] + d, la_stride[1]);
+          _tile_loadd(6, qb + d * 32, 128);
+          _tile_dpbssd(0, 4, 6);
+          _tile_dpbssd(2, 5, 6);
+          if (two) {
+            _tile_loadd(7, qb + d * 32 + 64, 128);
+            _tile_dpbssd(1, 4, 7);
+            _tile_dpbssd(3, 5, 7);
+          }
+        }
+        int32_t* si = sti + (part * kSuper + s0) * 32;
+        _tile_stored(0, si, 128);
+        _tile_stored(2, si + 16 * 32, 128);
+        if (two) {
+          _tile_stored(1, si + 16, 128);
+          _tile_stored(3, si + 16 * 32 + 16, 128);
+        }
+      }
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t d = 0; d < RD; d += 32) {
+        prefetch_next();
+        _tile_loadd(4, ra[0] + d, ra_stride[0]);
+        _tile_loadd(5, ra[1] + d, ra_stride[1]);
+        _tile_loadd(6, qt + ((L + d) / 2) * 64, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) {
+          _tile_loadd(7, qt + ((L + d) / 2) * 64 + 32, 128);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      float* sts = st + s0 * 32;
+      _tile_stored(0, sts, 128);
+      _tile_stored(2, sts + 16 * 32, 128);
+      if (two) {
+        _tile_stored(1, sts + 16, 128);
+        _tile_stored(3, sts + 16 * 32 + 16, 128);
+      }
+    }
+    for (int sb = 0; !q8 && sb < nsub; ++sb) {
       const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
       // Each 16-key A tile loads straight from the cache rows when they sit at one
       // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
@@ -275,8 +440,15 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       const bool edge = (c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - float(c.window_left)) ||
                         (c.window_right >= 0 && last > dlo + float(c.window_right));
       __m512 bmax = neg_inf;
+      const __m512 qsv = _mm512_load_ps(qs + 16 * half), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
       for (int64_t k = 0; k < n; ++k) {
-        __m512 s = _mm512_mul_ps(_mm512_load_ps(st + k * 32 + 16 * half), scale);
+        __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
+        if (q8) {  // + scale_k * qs_r * (h + l / 254)
+          const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(sti + k * 32 + 16 * half));
+          const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(sti + (kSuper + k) * 32 + 16 * half));
+          s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(sk[k])), s);
+        }
+        s = _mm512_mul_ps(s, scale);
         __mmask16 vis = real;
         if (edge) {
           const __m512 key = _mm512_set1_ps(float(kb + k));
@@ -300,6 +472,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
         __m512 p = _mm512_setzero_ps();
         if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
         l = _mm512_add_ps(l, p);
+        if (q8 && k < n) p = _mm512_mul_ps(p, _mm512_set1_ps(sk[k]));  // V is the unscaled int8 row
         _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
       }
       _mm512_store_ps(mrow + 16 * half, m_new);
@@ -333,6 +506,12 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
         uint16_t* bhi = blo + kStageSub / 2;
         for (int p = 0; p < kSub / 2; ++p) {
           const int64_t k0 = s0 + 2 * p, k1 = k0 + 1;
+          if (q8) {
+            const int8_t* a = k0 < n ? static_cast<const int8_t*>(kp[k0]) + d : reinterpret_cast<const int8_t*>(kZeroRow);
+            const int8_t* b = k1 < n ? static_cast<const int8_t*>(kp[k1]) + d : nullptr;
+            stage_pairs_i8(a, b, blo + p * 32, bhi + p * 32);
+            continue;
+          }
           const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) + d : kZeroRow;
           const uint16_t* b = k1 < n ? static_cast<const uint16_t*>(vpp[k1]) + d : nullptr;
           stage_pairs(a, b, blo + p * 32, bhi + p * 32);

@@ -114,14 +114,16 @@ struct KvView {
 
   // i8 latent: the source rows (latent, rope) of keys j0 .. j0 + n, for prefetching them
   // ahead of the rows() call that dequantises them.
+  // scale_out (may be null) gets each key's scale.
   template <class Deq>
-  void sources(int64_t j0, int64_t n, bool bf16, const void** lat_p, const void** rope_p, const Deq&) const {
+  void sources(int64_t j0, int64_t n, bool bf16, const void** lat_p, const void** rope_p, float* scale_out, const Deq&) const {
     const size_t es = bf16 ? 2 : 4;
     int64_t blk = j0 / block_size, off = j0 % block_size;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t slot = int64_t(table[blk]) * block_size + off;
       lat_p[i] = i8.lat + slot * i8.lat_rs;
       rope_p[i] = static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es;
+      if (scale_out) scale_out[i] = i8.scales[slot];
       if (++off == block_size) off = 0, ++blk;
     }
   }
