@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "ops/attention/attention_testutil.h"
+#include "optx/kv_cache.h"
+#include "optx/rope.h"
 
 namespace optx::attn_detail {
 namespace {
@@ -136,6 +138,53 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
           }
   }
   set_num_threads(0);
+}
+
+// End to end with the writer: kv_rms_norm_rope_cache fills a bf16 cache and the i8
+// layout from the same kv rows; MLA decode over the i8 one must agree with decode over
+// the bf16 one to within the latent's quantisation (a layout mismatch between writer and
+// reader would not).
+TEST(MlaDecode, ReadsTheI8LayoutKvRmsNormRopeCacheWrites) {
+  const int64_t T = 300, rank = 512, rope = 64, W = rank + rope, H = 16, bs = 64, blocks = (T + bs - 1) / bs + 1;
+  const int64_t slots = blocks * bs;
+  testing::Rng rng(5);
+  std::vector<uint16_t> kv(static_cast<size_t>(T * W)), w(static_cast<size_t>(rank)), q(static_cast<size_t>(H * W));
+  std::vector<uint16_t> cache(static_cast<size_t>(slots * W)), rc(static_cast<size_t>(slots * rope));
+  for (auto& v : kv) v = f32_to_bf16(rng.uniform(-1, 1));
+  for (auto& v : w) v = f32_to_bf16(rng.uniform(0.5, 1.5));
+  for (auto& v : q) v = f32_to_bf16(rng.uniform(-1, 1));
+  std::vector<int8_t> lat(static_cast<size_t>(slots * rank));
+  std::vector<float> sc(static_cast<size_t>(slots));
+  std::vector<int32_t> pos(static_cast<size_t>(T)), slot(static_cast<size_t>(T)), table(static_cast<size_t>(blocks)), lens = {int32_t(T)};
+  for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(blocks - 1 - b);  // reversed block order
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t), slot[size_t(t)] = table[size_t(t / bs)] * int32_t(bs) + int32_t(t % bs);
+  RopeTable tab;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = rope, .max_positions = T}, &tab).ok());
+  KvRmsNormRopeCacheParams wp{.kv = make_view(kv.data(), DType::kBF16, {T, W}), .weight = make_view(w.data(), DType::kBF16, {rank}),
+                              .positions = make_view(pos.data(), DType::kI32, {T}), .cos = tab.cos(), .sin = tab.sin(),
+                              .slots = make_view(slot.data(), DType::kI32, {T}), .cache = make_view(cache.data(), DType::kBF16, {slots, W}),
+                              .kv_lora_rank = rank};
+  ASSERT_TRUE(kv_rms_norm_rope_cache(wp).ok());
+  wp.cache = make_view(lat.data(), DType::kI8, {slots, rank});
+  wp.cache_scales = make_view(sc.data(), DType::kF32, {slots});
+  wp.rope_cache = make_view(rc.data(), DType::kBF16, {slots, rope});
+  ASSERT_TRUE(kv_rms_norm_rope_cache(wp).ok());
+  std::vector<uint16_t> o16(static_cast<size_t>(H * rank)), o8(static_cast<size_t>(H * rank));
+  MlaDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, H, W}), .cache = make_view(cache.data(), DType::kBF16, {slots, W}),
+                    .block_tables = make_view(table.data(), DType::kI32, {1, blocks}), .seq_lens = make_view(lens.data(), DType::kI32, {1}),
+                    .block_size = bs, .kv_lora_rank = rank, .out = make_view(o16.data(), DType::kBF16, {1, 1, H, rank}), .scale = 0.1f};
+  std::vector<uint8_t> ws(mla_decode_attention_workspace_size(p));
+  ASSERT_TRUE(mla_decode_attention(p, {ws.data(), ws.size()}).ok());
+  p.cache = wp.cache, p.cache_scales = wp.cache_scales, p.rope_cache = wp.rope_cache;
+  p.out = make_view(o8.data(), DType::kBF16, {1, 1, H, rank});
+  ws.resize(mla_decode_attention_workspace_size(p));
+  ASSERT_TRUE(mla_decode_attention(p, {ws.data(), ws.size()}).ok());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < o16.size(); ++i) {
+    const double a = bf16_to_f32(o16[i]), b = bf16_to_f32(o8[i]);
+    num += (a - b) * (a - b), den += a * a;
+  }
+  EXPECT_LT(num / den, 1e-3) << "nmse between decode over the i8 and the bf16 cache";
 }
 
 TEST(AttentionUpdate, MergesPartialsLikeOnePass) {
