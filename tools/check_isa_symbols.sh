@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fails if a weak (inline / template) symbol is defined in more than one of the library's
+# Fails if weak (inline / template) code is defined in more than one of the library's
 # object groups (generic and one per ISA). Each group is compiled with its own -m flags,
 # and the linker keeps one definition of a weak symbol for the whole program: the copy it
 # keeps may be another group's build, e.g. AVX-512 code reached from the scalar path on a
@@ -14,13 +14,14 @@ group=""
 for a in "$@"; do
   if [ "$a" = "--" ]; then group=""; continue; fi
   if [ -z "$group" ]; then group=$a; continue; fi
-  # DW.ref.*: the exception personality's address, data the same in every unit.
-  "$nm_tool" --defined-only "$a" | awk -v g="$group" '($2 == "W" || $2 == "V" || $2 == "u") && $3 !~ /^DW\.ref\./ { print g, $3 }'
+  # W: weak code. Weak data (V, u: inline constants, the personality routine's address)
+  # holds the same bytes in every unit.
+  "$nm_tool" --defined-only "$a" | awk -v g="$group" '$2 == "W" { print g, $3 }'
 done | sort -u > "$tmp"
 dups=$(awk '{ n[$2]++ } END { for (s in n) if (n[s] > 1) print s }' "$tmp")
 if [ -n "$dups" ]; then
-  echo "weak symbols defined in more than one ISA group:"
+  echo "weak code defined in more than one ISA group:"
   for s in $dups; do echo "  $s: $(awk -v s="$s" '$2 == s { printf "%s ", $1 }' "$tmp")"; done
   exit 1
 fi
-echo "isa symbols: $(wc -l < "$tmp") weak definitions, none shared between ISA groups"
+echo "isa symbols: $(wc -l < "$tmp") weak code definitions, none shared between ISA groups"
