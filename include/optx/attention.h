@@ -47,10 +47,15 @@ Status flash_attention(const FlashAttentionParams& p, Workspace ws);
 // Decode against the paged KV cache (see optx/kv_cache.h): q [B, Sq, Nq, D] with Sq new
 // tokens per sequence (1..8, speculative decoding), the last Sq of seq_lens[b] positions;
 // causal among the new tokens.
+// The caches are q's dtype, or both i8 with per-token scales as kv_cache_write writes them
+// (the result then within 2x the error of attention over the dequantised values rounded to
+// q's dtype, plus the usual bound).
 struct PagedDecodeParams {
   TensorView q;             // [B, Sq, Nq, D] f32 | bf16
-  TensorView k_cache;       // [num_slots, Nkv * D], dtype of q
-  TensorView v_cache;       // [num_slots, Nkv * Dv], dtype of q
+  TensorView k_cache;       // [num_slots, Nkv * D], dtype of q, or i8
+  TensorView v_cache;       // [num_slots, Nkv * Dv], dtype of q, or i8
+  TensorView k_scales;      // [num_slots] f32 with i8 caches, else empty
+  TensorView v_scales;      // [num_slots] f32 with i8 caches, else empty
   TensorView block_tables;  // [B, max_blocks] i32
   TensorView seq_lens;      // [B] i32: tokens in the cache per sequence, including the new ones
   int64_t block_size = 16;

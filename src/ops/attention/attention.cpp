@@ -51,7 +51,7 @@ void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, siz
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
       make(idx, job);
-      if (job.kv.i8.lat) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv);
+      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv);
       k.run_job(c, job, scratch);
     }
   }
@@ -317,10 +317,12 @@ struct DecodeJobs {
   const int32_t* tables = nullptr;
   int64_t table_stride = 0, block_size = 0;
   const int32_t* seq_lens = nullptr;
-  I8Latent i8;            // i8 MLA cache (staging set per thread by run_jobs)
+  I8Kv i8;                // i8 caches: base planes, one KV head's widths (staging set per thread by run_jobs)
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
   size_t per_thread() const {
-    return scratch_bytes(cfg.D, cfg.Dv) + (i8.lat ? align_up(I8Latent::stage_bytes(cfg.D, cfg.bf16)) : 0);
+    const int64_t heads = all_heads_fit() ? Nkv : 1;  // an all_heads job stages whole rows
+    return scratch_bytes(cfg.D, cfg.Dv) +
+           (i8.k ? align_up(I8Kv::stage_bytes(heads * i8.k_dim + i8.rope_dim, i8.v ? heads * i8.v_dim : 0, cfg.bf16)) : 0);
   }
   int64_t rows_total() const { return B * Sq * Nq; }
   int64_t per_seq() const { return all_heads ? splits : Nkv * head_chunks * q_tiles * splits; }
@@ -366,7 +368,12 @@ struct DecodeJobs {
     job.kv.v_rs = v_rs;
     job.kv.table = tables + b * table_stride;
     job.kv.block_size = block_size;
-    job.kv.i8 = i8;
+    if (i8.k) {  // the slices this job reads: one KV head's, or whole rows
+      job.kv.i8 = i8;
+      const int64_t heads = all_heads ? Nkv : 1;
+      job.kv.i8.k = i8.k + kvh * k_hs, job.kv.i8.k_dim = heads * i8.k_dim;
+      if (i8.v) job.kv.i8.v = i8.v + kvh * v_hs, job.kv.i8.v_dim = heads * i8.v_dim;
+    }
     const int64_t nblk = (L + kKvBlock - 1) / kKvBlock;
     job.kv_begin = std::min(L, nblk * sp / splits * kKvBlock);
     job.kv_end = std::min(L, nblk * (sp + 1) / splits * kKvBlock);
@@ -561,6 +568,12 @@ DecodeJobs paged_jobs(const PagedDecodeParams& p) {
   d.k = p.k_cache.data, d.v = p.v_cache.data;
   d.k_rs = p.k_cache.strides[0], d.v_rs = p.v_cache.strides[0];
   d.k_hs = D, d.v_hs = d.cfg.Dv;
+  if (p.k_cache.dtype == DType::kI8) {
+    d.i8.k = static_cast<const int8_t*>(p.k_cache.data), d.i8.v = static_cast<const int8_t*>(p.v_cache.data);
+    d.i8.k_scales = static_cast<const float*>(p.k_scales.data), d.i8.v_scales = static_cast<const float*>(p.v_scales.data);
+    d.i8.k_dim = D, d.i8.v_dim = d.cfg.Dv;
+    d.i8.k_rs = p.k_cache.strides[0], d.i8.v_rs = p.v_cache.strides[0];
+  }
   decode_common(d, p.q, p.out, p.lse, p.block_tables, p.seq_lens, p.block_size);
   return d;
 }
@@ -577,8 +590,20 @@ Status paged_validate(const PagedDecodeParams& p) {
     return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but kv_heads * D = ", p.kv_heads * D);
   if (p.v_cache.sizes[1] % p.kv_heads || p.v_cache.sizes[0] != p.k_cache.sizes[0])
     return Error(StatusCode::kInvalidArgument, op, ": v_cache must be [num_slots=", p.k_cache.sizes[0], ", kv_heads * Dv]");
-  if (p.k_cache.dtype != p.q.dtype || p.v_cache.dtype != p.q.dtype)
-    return Error(StatusCode::kInvalidArgument, op, ": k_cache / v_cache dtype must be q.dtype=", dtype_name(p.q.dtype));
+  const bool i8 = p.k_cache.dtype == DType::kI8 && p.v_cache.dtype == DType::kI8;
+  if (!i8 && (p.k_cache.dtype != p.q.dtype || p.v_cache.dtype != p.q.dtype))
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache / v_cache dtype (", dtype_name(p.k_cache.dtype), " / ",
+                 dtype_name(p.v_cache.dtype), ") must both be q.dtype=", dtype_name(p.q.dtype), " or both i8");
+  for (const auto& [t, n] : {std::pair{&p.k_scales, "k_scales"}, std::pair{&p.v_scales, "v_scales"}}) {
+    if (!i8) {
+      if (!t->empty()) return Error(StatusCode::kInvalidArgument, op, ": ", n, " is for i8 caches, but the caches are ", dtype_name(p.k_cache.dtype));
+      continue;
+    }
+    OPTX_RETURN_IF_ERROR(check_tensor(op, *t, n, 1));
+    if (t->dtype != DType::kF32 || t->sizes[0] != p.k_cache.sizes[0])
+      return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be f32 [num_slots=", p.k_cache.sizes[0], "] with i8 caches, got ",
+                   dtype_name(t->dtype), " [", t->sizes[0], "]");
+  }
   const int64_t Dv = p.v_cache.sizes[1] / p.kv_heads;
   if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
     return Error(StatusCode::kInvalidArgument, op, ": head dims D=", D, ", Dv=", Dv, " must be in [1, ", kMaxHeadDim, "]");
@@ -595,11 +620,11 @@ DecodeJobs mla_jobs(const MlaDecodeParams& p) {
   d.k = d.v = p.cache.data;  // V is the first kv_lora_rank values of the same row
   d.k_rs = d.v_rs = p.cache.strides[0];
   if (p.cache.dtype == DType::kI8) {
-    d.i8.lat = static_cast<const int8_t*>(p.cache.data);
-    d.i8.scales = static_cast<const float*>(p.cache_scales.data);
+    d.i8.k = static_cast<const int8_t*>(p.cache.data);
+    d.i8.k_scales = static_cast<const float*>(p.cache_scales.data);
     d.i8.rope = p.rope_cache.data;
-    d.i8.lat_dim = p.kv_lora_rank, d.i8.rope_dim = W - p.kv_lora_rank;
-    d.i8.lat_rs = p.cache.strides[0], d.i8.rope_rs = p.rope_cache.strides[0];
+    d.i8.k_dim = p.kv_lora_rank, d.i8.rope_dim = W - p.kv_lora_rank;
+    d.i8.k_rs = p.cache.strides[0], d.i8.rope_rs = p.rope_cache.strides[0];
   }
   decode_common(d, p.q, p.out, p.lse, p.block_tables, p.seq_lens, p.block_size);
   return d;

@@ -206,11 +206,11 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   // int8 halves (build_q8), the rope part in bf16, the token scale applied to each key's
   // latent score and folded into its P column; V pairs converted exactly from int8. No
   // dequantised rows are staged (KvView's ring space holds this path's buffers instead).
-  const I8Latent& x8 = j.kv.i8;
-  const int64_t L = x8.lat_dim, RD = x8.rope_dim;
+  const I8Kv& x8 = j.kv.i8;
+  const int64_t L = x8.k_dim, RD = x8.rope_dim;
   static const bool amx_int8 = cpu_features().amx_int8;
   const size_t q8_bytes = size_t(64 * L) + size_t(2 * kSuper * 32 * 4) + size_t(32 * L) + size_t(64 * RD) + size_t(64 * L);
-  const bool q8 = x8.lat && amx_int8 && L % 64 == 0 && RD % 32 == 0 && q8_bytes <= I8Latent::stage_bytes(D, true);
+  const bool q8 = x8.k && !x8.v && amx_int8 && L % 64 == 0 && RD % 32 == 0 && q8_bytes <= I8Kv::stage_bytes(x8.k_width(), 0, true);
   int8_t* q8h = nullptr;
   int8_t* q8l = nullptr;
   int32_t* sti = nullptr;  // [2][kSuper keys][32 rows]: the h and l scores
@@ -253,7 +253,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   // An i8 latent staged by rows() is read from memory when rows() dequantises it, a
   // superblock before its use: its prefetches run two superblocks ahead, over the sources.
   // The int8 path reads the sources themselves (kp / vpp: latent / rope rows).
-  const bool i8 = x8.lat != nullptr;
+  const bool i8 = x8.k != nullptr && !x8.v;  // MLA latent (K and V planes: no source prefetch)
   const void* src_lat[kSuper];
   const void* src_rope[kSuper];
   alignas(64) float sk[kSuper], sk_next[kSuper];  // int8 path: the keys' scales

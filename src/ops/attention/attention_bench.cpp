@@ -100,38 +100,73 @@ std::vector<std::vector<int32_t>> rotated_tables(int copies, int64_t per_copy, t
 // Enough copies of `bytes` to exceed 256 MiB, so rotating them reads from DRAM.
 int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / bytes))); }
 
+// Per-token symmetric int8 of `rows` rows of `width` bf16 values (as kv_cache_write).
+void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int8_t* q, float* scales) {
+  for (int64_t s = 0; s < rows; ++s) {
+    const uint16_t* row = x + s * width;
+    float amax = 0.0f;
+    for (int64_t d = 0; d < width; ++d) amax = std::max(amax, std::abs(bf16_to_f32(row[d])));
+    scales[s] = amax / 127.0f;
+    for (int64_t d = 0; d < width; ++d) q[s * width + d] = amax > 0.0f ? int8_t(std::lrint(bf16_to_f32(row[d]) * 127.0f / amax)) : int8_t(0);
+  }
+}
+
 // GQA decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block
-// tables rotate so the bytes come from DRAM.
-void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len) {
+// tables rotate so the bytes come from DRAM. with_i8: also the i8 caches of the same
+// values (kv_cache_write's layout), timed alternately with the bf16 ones.
+void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8) {
   const int64_t Hq = 32, Hkv = 8, D = 128, Dv = 128, bs = 16;
-  const double kv_bytes = double(B * ctx_len * Hkv * (D + Dv) * 2);
-  const int copies = copies_for(kv_bytes);
+  const double kv_bytes = double(B * ctx_len * Hkv * (D + Dv) * 2), i8_bytes = double(B * ctx_len * (Hkv * (D + Dv) + 8));
+  const int copies = copies_for(with_i8 ? i8_bytes : kv_bytes);
   const int64_t blocks_per_seq = ctx_len / bs, slots = blocks_per_seq * B * copies * bs;
   bench::Buffer kc(size_t(slots * Hkv * D) * 2), vc(size_t(slots * Hkv * Dv) * 2);
   testing::Rng rng(2);
   testing::fill_bf16(kc.as<uint16_t>(), slots * Hkv * D, rng);
   testing::fill_bf16(vc.as<uint16_t>(), slots * Hkv * Dv, rng);
+  std::unique_ptr<bench::Buffer> k8, v8, ks, vs;
+  if (with_i8) {
+    k8 = std::make_unique<bench::Buffer>(size_t(slots * Hkv * D)), v8 = std::make_unique<bench::Buffer>(size_t(slots * Hkv * Dv));
+    ks = std::make_unique<bench::Buffer>(size_t(slots) * 4), vs = std::make_unique<bench::Buffer>(size_t(slots) * 4);
+    quantize_rows(kc.as<uint16_t>(), slots, Hkv * D, k8->as<int8_t>(), ks->as<float>());
+    quantize_rows(vc.as<uint16_t>(), slots, Hkv * Dv, v8->as<int8_t>(), vs->as<float>());
+  }
   auto tables = rotated_tables(copies, B * blocks_per_seq, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
   std::vector<uint16_t> q(size_t(B * Hq * D)), out(size_t(B * Hq * Dv));
   testing::fill_bf16(q.data(), B * Hq * D, rng);
   const char* op = "paged_decode_attention";
-  bench::Record r{.op = op, .case_ = "dtype=bf16 B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len),
-                  .impl = "optx", .roof = bench::Roof::kMemory};
-  r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
-  auto params = [&](int c) {
-    return PagedDecodeParams{.q = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}),
-                             .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
-                             .v_cache = make_view(vc.data(), DType::kBF16, {slots, Hkv * Dv}),
-                             .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}),
-                             .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Hkv,
-                             .out = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv})};
+  const std::string shape = "B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len);
+  bench::Record r{.op = op, .case_ = "dtype=bf16 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
+  bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
+  auto params = [&](bool i8, int c) {
+    PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}),
+                        .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
+                        .v_cache = make_view(vc.data(), DType::kBF16, {slots, Hkv * Dv}),
+                        .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}),
+                        .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Hkv,
+                        .out = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv})};
+    if (i8) {
+      p.k_cache = make_view(k8->data(), DType::kI8, {slots, Hkv * D}), p.v_cache = make_view(v8->data(), DType::kI8, {slots, Hkv * Dv});
+      p.k_scales = make_view(ks->data(), DType::kF32, {slots}), p.v_scales = make_view(vs->data(), DType::kF32, {slots});
+    }
+    return p;
   };
-  std::vector<uint8_t> ws(paged_decode_attention_workspace_size(params(0)));
-  r.peak_bytes = double(ws.size());
-  int set = 0;
-  const auto tm = ctx.time_it([&] { bench::check(paged_decode_attention(params(set++ % copies), {ws.data(), ws.size()})); });
-  ctx.add(r, tm, 0, kv_bytes);
+  std::vector<uint8_t> ws(paged_decode_attention_workspace_size(params(with_i8, 0)));
+  r.peak_bytes = r8.peak_bytes = double(ws.size());
+  const std::string note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
+  r.note = note;
+  int set = 0, set8 = 0;
+  auto bf16_call = [&] { bench::check(paged_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); };
+  if (!with_i8) {
+    ctx.add(r, ctx.time_it(bf16_call), 0, kv_bytes);
+    return;
+  }
+  const auto tm = ctx.time_interleaved({bf16_call, [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); }});
+  char ratio[64];
+  std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
+  r8.note = note + ratio;
+  ctx.add(r, tm[0], 0, kv_bytes);
+  ctx.add(r8, tm[1], 0, i8_bytes);
 }
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
@@ -193,9 +228,9 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
 void bench_attention(bench::Context& ctx) {
   bench_flash(ctx, 4096);
   if (!ctx.quick) bench_flash(ctx, 8192);
-  for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c);
-  bench_paged(ctx, 8, 8192);
-  if (!ctx.quick) bench_paged(ctx, 8, 32768);
+  for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
+  bench_paged(ctx, 8, 8192, false);
+  if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
   for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
 }
 

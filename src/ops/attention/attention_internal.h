@@ -28,22 +28,29 @@ inline constexpr int64_t kMaxHeadDim = 1024;
 inline constexpr int64_t kMaxRowsPerCall = 128;
 static_assert(kKvBlock <= kMaxRowsPerCall);
 
-// An i8 MLA latent cache (the layout kv_rms_norm_rope_cache writes): key j is
-// [scales[slot] * lat[slot] | rope[slot]]. KvView dequantises such rows into the job's
-// staging ring, rounded once to the q dtype, so every kernel (and the reference) reads
-// plain rows; the ring holds two calls' rows, the block in use and the next one.
-struct I8Latent {
-  const int8_t* lat = nullptr;
-  const float* scales = nullptr;
-  const void* rope = nullptr;
-  int64_t lat_dim = 0, rope_dim = 0;
-  int64_t lat_rs = 0, rope_rs = 0;  // element strides between slots
-  uint8_t* stage = nullptr;         // 2 * kMaxRowsPerCall rows of lat_dim + rope_dim values
-  static size_t stage_bytes(int64_t D, bool bf16) { return size_t(2 * kMaxRowsPerCall * D) * (bf16 ? 2 : 4); }
+// An i8 cache with per-token scales: K and V planes as kv_cache_write writes them, or
+// the MLA latent kv_rms_norm_rope_cache writes (no V plane: V is the first v_dim values of
+// K's row, whose tail is the rope part in the q dtype). KvView dequantises the rows a job
+// reads into its staging ring, rounded once to the q dtype, so every kernel (and the
+// reference) reads plain rows; the ring holds two calls' rows, the block in use and the
+// next one.
+struct I8Kv {
+  const int8_t* k = nullptr;
+  const int8_t* v = nullptr;       // null: V is K's row prefix (MLA)
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  const void* rope = nullptr;      // MLA: K's row tail, rope_dim values in the q dtype
+  int64_t k_dim = 0, v_dim = 0, rope_dim = 0;  // values per staged row (the job's slices)
+  int64_t k_rs = 0, v_rs = 0, rope_rs = 0;     // element strides between slots
+  uint8_t* stage = nullptr;
+  // Staged row widths and the ring's bytes for rows of k_w + v_w values.
+  int64_t k_width() const { return k_dim + rope_dim; }
+  int64_t v_width() const { return v ? v_dim : 0; }
+  static size_t stage_bytes(int64_t k_w, int64_t v_w, bool bf16) { return size_t(2 * kMaxRowsPerCall * (k_w + v_w)) * (bf16 ? 2 : 4); }
 };
 
-// One i8 latent row -> dst in the q dtype (value * scale in f32, rounded to nearest
-// even), then the rope part's bytes after it. static: each unit (each compiled with its
+// One i8 row -> dst in the q dtype (value * scale in f32, rounded to nearest even),
+// then the rope part's bytes (if any) after it. static: each unit (each compiled with its
 // own ISA flags) keeps its own copy.
 static inline void dequant_i8_row(const int8_t* x, float s, int64_t n, const void* rope, size_t rope_bytes, bool bf16, uint8_t* dst) {
   if (bf16) {
@@ -53,7 +60,7 @@ static inline void dequant_i8_row(const int8_t* x, float s, int64_t n, const voi
     float* o = reinterpret_cast<float*>(dst);
     for (int64_t d = 0; d < n; ++d) o[d] = float(x[d]) * s;
   }
-  std::memcpy(dst + size_t(n) * (bf16 ? 2 : 4), rope, rope_bytes);
+  if (rope_bytes) std::memcpy(dst + size_t(n) * (bf16 ? 2 : 4), rope, rope_bytes);
 }
 
 // The member functions that walk pages and dequantise take the calling unit's Deq, a
@@ -66,21 +73,22 @@ struct KvView {
   int64_t k_rs = 0, v_rs = 0;        // element stride between key positions (or slots)
   const int32_t* table = nullptr;    // paged: key j lives in slot table[j / bs] * bs + j % bs
   int64_t block_size = 0;
-  I8Latent i8;                       // i8.lat set: k / v unused, rows come from the staging ring
+  I8Kv i8;                           // i8.k set: k / v unused, rows come from the staging ring
   mutable int ring = 0;              // staging half the next rows() call fills
-  // One key's row; with an i8 latent, dequantised into the ring's first row (valid until
+  // One key's row; with an i8 cache, dequantised into the ring's first row (valid until
   // the next call): for the reference's key-at-a-time reads.
   template <class Deq>
   const void* key(int64_t j, bool bf16, const Deq& deq) const {
-    return i8.lat ? dequant(slot(j), bf16, i8.stage, deq) : row(k, k_rs, j, bf16);
+    return i8.k ? dequant_k(slot(j), bf16, i8.stage, deq) : row(k, k_rs, j, bf16);
   }
   template <class Deq>
   const void* value(int64_t j, bool bf16, const Deq& deq) const {
-    return i8.lat ? dequant(slot(j), bf16, i8.stage, deq) : row(v, v_rs, j, bf16);
+    if (!i8.k) return row(v, v_rs, j, bf16);
+    return i8.v ? dequant_v(slot(j), bf16, i8.stage, deq) : dequant_k(slot(j), bf16, i8.stage, deq);
   }
   // Row addresses of keys j0 .. j0 + n (n <= kMaxRowsPerCall): one division per call,
   // then a page walk (a division per key cost more than the key's whole dot product in
-  // decode). With an i8 latent the rows are dequantised here, into the other ring half.
+  // decode). With an i8 cache the rows are dequantised here, into the other ring half.
   template <class Deq>
   void rows(int64_t j0, int64_t n, bool bf16, const void** kp, const void** vp, const Deq& deq) const {
     const size_t es = bf16 ? 2 : 4;
@@ -94,8 +102,8 @@ struct KvView {
       return;
     }
     uint8_t* stage = nullptr;
-    const size_t stage_row = size_t(i8.lat_dim + i8.rope_dim) * es;
-    if (i8.lat) {
+    const size_t k_row = size_t(i8.k_width()) * es, stage_row = k_row + size_t(i8.v_width()) * es;
+    if (i8.k) {
       stage = i8.stage + size_t(ring) * size_t(kMaxRowsPerCall) * stage_row;
       ring ^= 1;
     }
@@ -103,7 +111,9 @@ struct KvView {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t slot = int64_t(table[blk]) * block_size + off;
       if (stage) {
-        kp[i] = vp[i] = dequant(slot, bf16, stage + size_t(i) * stage_row, deq);
+        uint8_t* dst = stage + size_t(i) * stage_row;
+        kp[i] = vp[i] = dequant_k(slot, bf16, dst, deq);
+        if (i8.v) vp[i] = dequant_v(slot, bf16, dst + k_row, deq);
       } else {
         kp[i] = kb + size_t(slot * k_rs) * es;
         vp[i] = vb + size_t(slot * v_rs) * es;
@@ -112,18 +122,17 @@ struct KvView {
     }
   }
 
-  // i8 latent: the source rows (latent, rope) of keys j0 .. j0 + n, for prefetching them
-  // ahead of the rows() call that dequantises them.
-  // scale_out (may be null) gets each key's scale.
+  // i8 MLA latent: the source rows (latent, rope) of keys j0 .. j0 + n, for reading or
+  // prefetching them directly; scale_out (may be null) gets each key's scale.
   template <class Deq>
   void sources(int64_t j0, int64_t n, bool bf16, const void** lat_p, const void** rope_p, float* scale_out, const Deq&) const {
     const size_t es = bf16 ? 2 : 4;
     int64_t blk = j0 / block_size, off = j0 % block_size;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t slot = int64_t(table[blk]) * block_size + off;
-      lat_p[i] = i8.lat + slot * i8.lat_rs;
+      lat_p[i] = i8.k + slot * i8.k_rs;
       rope_p[i] = static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es;
-      if (scale_out) scale_out[i] = i8.scales[slot];
+      if (scale_out) scale_out[i] = i8.k_scales[slot];
       if (++off == block_size) off = 0, ++blk;
     }
   }
@@ -134,10 +143,15 @@ struct KvView {
     return static_cast<const uint8_t*>(base) + size_t(slot(j) * rs) * (bf16 ? 2 : 4);
   }
   template <class Deq>
-  const void* dequant(int64_t slot, bool bf16, uint8_t* dst, const Deq& deq) const {
+  const void* dequant_k(int64_t slot, bool bf16, uint8_t* dst, const Deq& deq) const {
     const size_t es = bf16 ? 2 : 4;
-    deq(i8.lat + slot * i8.lat_rs, i8.scales[slot], i8.lat_dim, static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es,
-        size_t(i8.rope_dim) * es, bf16, dst);
+    const uint8_t* rope = i8.rope ? static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es : nullptr;
+    deq(i8.k + slot * i8.k_rs, i8.k_scales[slot], i8.k_dim, rope, size_t(i8.rope_dim) * es, bf16, dst);
+    return dst;
+  }
+  template <class Deq>
+  const void* dequant_v(int64_t slot, bool bf16, uint8_t* dst, const Deq& deq) const {
+    deq(i8.v + slot * i8.v_rs, i8.v_scales[slot], i8.v_dim, nullptr, 0, bf16, dst);
     return dst;
   }
 };

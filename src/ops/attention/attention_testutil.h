@@ -215,7 +215,7 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
 struct DecodeCase {
   DType dtype = DType::kBF16;
   bool mla = false;
-  bool i8 = false;  // mla only: i8 latent + f32 per-token scales + rope part in dtype
+  bool i8 = false;  // i8 caches with f32 per-token scales (MLA: the latent; rope part in dtype)
   int64_t B = 2, Sq = 1, Nq = 8, Nkv = 2, D = 64, Dv = 64;  // mla: D = rank + rope, Dv = rank, Nkv = 1
   std::vector<int32_t> lens = {37, 130};
   int64_t block_size = 16;
@@ -261,35 +261,52 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   const TensorView lv = make_view(lse.data(), DType::kF32, {c.B, c.Nq, c.Sq});
   const TensorView tv = make_view(tables.data(), DType::kI32, {c.B, max_blocks});
   const TensorView sv = make_view(lens.data(), DType::kI32, {c.B});
-  // i8 latent: per-token symmetric quantisation of the values kc holds (scale = max|x| /
-  // 127, some tokens all zero). The reference uses value * scale exactly; kc's latent is
-  // replaced by those values rounded to dtype, the naive same-precision computation whose
-  // error (doubled) the result may have on top of the usual bound.
-  const int64_t rope = c.D - c.Dv;
-  std::vector<int8_t> lat(c.i8 ? size_t(slots * c.Dv) : 0);
-  std::vector<float> lat_scales(c.i8 ? size_t(slots) : 0);
-  Buf rc(c.dtype, c.i8 ? size_t(slots * rope) : 0);
-  if (c.i8) {
+  // i8 caches: per-token symmetric quantisation of the values kc / vc hold (scale = max|x|
+  // / 127, some tokens all zero): MLA's latent (the first Dv values of kc's rows, the rope
+  // part moving to rc), or the whole K and V rows. The reference uses value * scale
+  // exactly; kc / vc are replaced by those values rounded to dtype, the naive
+  // same-precision computation whose error (doubled) the result may have on top of the
+  // usual bound.
+  const int64_t rope = c.mla ? c.D - c.Dv : 0;
+  struct Plane {
+    std::vector<int8_t> q;
+    std::vector<float> scales;
+    int64_t width = 0;
+    double exact(int64_t slot, int64_t d) const { return double(q[size_t(slot * width + d)]) * double(scales[size_t(slot)]); }
+  };
+  auto quantize = [&](Buf& buf, int64_t row, int64_t width, Plane& pl) {
+    pl.width = width;
+    pl.q.resize(size_t(slots * width));
+    pl.scales.resize(size_t(slots));
     for (int64_t s = 0; s < slots; ++s) {
       const bool zero = s % 7 == 3;
       double amax = 0;
-      for (int64_t d = 0; d < c.Dv; ++d) amax = std::max(amax, std::abs(kc.get(size_t(s * kw + d))));
+      for (int64_t d = 0; d < width; ++d) amax = std::max(amax, std::abs(buf.get(size_t(s * row + d))));
       const float sc = zero ? 0.0f : float(amax / 127);
-      lat_scales[size_t(s)] = sc;
-      for (int64_t d = 0; d < c.Dv; ++d) {
-        const int8_t x = zero ? 0 : int8_t(std::lrint(kc.get(size_t(s * kw + d)) / sc));
-        lat[size_t(s * c.Dv + d)] = x;
-        kc.set(size_t(s * kw + d), float(x) * sc);  // rounds to dtype as the op does
+      pl.scales[size_t(s)] = sc;
+      for (int64_t d = 0; d < width; ++d) {
+        const int8_t x = zero ? 0 : int8_t(std::lrint(buf.get(size_t(s * row + d)) / sc));
+        pl.q[size_t(s * width + d)] = x;
+        buf.set(size_t(s * row + d), float(x) * sc);  // rounds to dtype as the op does
       }
-      for (int64_t d = 0; d < rope; ++d) rc.set(size_t(s * rope + d), float(kc.get(size_t(s * kw + c.Dv + d))));
     }
+  };
+  Plane k8, v8;
+  Buf rc(c.dtype, c.i8 ? size_t(slots * rope) : 0);
+  if (c.i8 && c.mla) {
+    quantize(kc, kw, c.Dv, k8);
+    for (int64_t s = 0; s < slots; ++s)
+      for (int64_t d = 0; d < rope; ++d) rc.set(size_t(s * rope + d), float(kc.get(size_t(s * kw + c.Dv + d))));
+  } else if (c.i8) {
+    quantize(kc, kw, kw, k8);
+    quantize(vc, vw, vw, v8);
   }
   if (c.mla) {
     MlaDecodeParams p{.q = qv, .cache = make_view(kc.data(), c.dtype, {slots, c.D}), .block_tables = tv, .seq_lens = sv,
                       .block_size = bs, .kv_lora_rank = c.Dv, .out = ov, .lse = lv, .scale = 0.1f};
     if (c.i8) {
-      p.cache = make_view(lat.data(), DType::kI8, {slots, c.Dv});
-      p.cache_scales = make_view(lat_scales.data(), DType::kF32, {slots});
+      p.cache = make_view(k8.q.data(), DType::kI8, {slots, c.Dv});
+      p.cache_scales = make_view(k8.scales.data(), DType::kF32, {slots});
       p.rope_cache = make_view(rc.data(), c.dtype, {slots, rope});
     }
     ws.resize(mla_decode_attention_workspace_size(p));
@@ -297,6 +314,10 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   } else {
     PagedDecodeParams p{.q = qv, .k_cache = make_view(kc.data(), c.dtype, {slots, kw}), .v_cache = make_view(vc.data(), c.dtype, {slots, vw}),
                         .block_tables = tv, .seq_lens = sv, .block_size = bs, .kv_heads = c.Nkv, .out = ov, .lse = lv};
+    if (c.i8) {
+      p.k_cache = make_view(k8.q.data(), DType::kI8, {slots, kw}), p.v_cache = make_view(v8.q.data(), DType::kI8, {slots, vw});
+      p.k_scales = make_view(k8.scales.data(), DType::kF32, {slots}), p.v_scales = make_view(v8.scales.data(), DType::kF32, {slots});
+    }
     ws.resize(paged_decode_attention_workspace_size(p));
     o.status = paged_run(impl.fn(), p, {ws.data(), ws.size()});
   }
@@ -310,15 +331,17 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
       for (int64_t h = 0; h < c.Nq; ++h) {
         const int64_t g = h / (c.Nq / c.Nkv), diag = L - c.Sq + i;
         auto row_ref = [&](bool exact) {
-          auto kv = [&](int64_t j, int64_t d) {  // the MLA row: K, and V as its prefix
-            if (exact && c.i8 && d < c.Dv) return double(lat[size_t(slot(j) * c.Dv + d)]) * double(lat_scales[size_t(slot(j))]);
-            return kc.get(size_t(slot(j) * kw + d));
+          auto key = [&](int64_t j, int64_t d) {  // MLA: V is the K row's prefix
+            const int64_t x = c.mla ? d : g * c.D + d;
+            return exact && c.i8 && (!c.mla || d < c.Dv) ? k8.exact(slot(j), x) : kc.get(size_t(slot(j) * kw + x));
+          };
+          auto value = [&](int64_t j, int64_t d) {
+            if (c.mla) return key(j, d);
+            return exact && c.i8 ? v8.exact(slot(j), g * c.Dv + d) : vc.get(size_t(slot(j) * vw + g * c.Dv + d));
           };
           return naive_row(
-              c.D, c.Dv, L, scale, 0.0, -INFINITY, [&](int64_t d) { return q.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.D + d)); },
-              [&](int64_t j, int64_t d) { return c.mla ? kv(j, d) : kc.get(size_t(slot(j) * kw + g * c.D + d)); },
-              [&](int64_t j, int64_t d) { return c.mla ? kv(j, d) : vc.get(size_t(slot(j) * vw + g * c.Dv + d)); },
-              [&](int64_t j, double*) { return j <= diag; });
+              c.D, c.Dv, L, scale, 0.0, -INFINITY, [&](int64_t d) { return q.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.D + d)); }, key,
+              value, [&](int64_t j, double*) { return j <= diag; });
         };
         const RowRef rr = row_ref(true);
         const RowRef rn = c.i8 ? row_ref(false) : rr;

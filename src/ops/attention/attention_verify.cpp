@@ -40,10 +40,11 @@ void verify_flash(std::vector<verify::Record>& out) {
 void verify_decode(std::vector<verify::Record>& out) {
   for (const auto* impl : paged_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
-      for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 32, 8, 128, std::vector<int32_t>{1023}},
-                                             {4, 2, 8, 1, 64, std::vector<int32_t>{2, 17, 113, 239}}}) {
+      for (bool i8 : {false, true})
+        for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 32, 8, 128, std::vector<int32_t>{1023}},
+                                               {4, 2, 8, 1, 64, std::vector<int32_t>{2, 17, 113, 239}}}) {
         testutil::DecodeCase c;
-        c.dtype = dt, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
+        c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
         rec(out, "paged_decode_attention", impl->name, c.name(), testutil::run_decode(*impl, c, uint64_t(B)));
       }
   for (const auto* impl : mla_registry().runnable())
