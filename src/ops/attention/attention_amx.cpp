@@ -120,12 +120,10 @@ void build_qt(const Job& j, int64_t D, uint16_t* qt) {
     }
 }
 
-// q's latent part for int8 scores against an i8 cache: per row qs = max|q| / 127,
-// q ~ qs * (h + l / 254) with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's
-// half ulp for all but the row's smallest values); h and l in the B-tile layout of
-// TDPBSSD ([L/4][32 rows][4]), rows past R zero. tmp: [2][32][L] bytes.
+// q's latent part for int8 scores against an i8 cache (quantize_q_i8x2 per row), h and l
+// in the B-tile layout of TDPBSSD ([L/4][32 rows][4]), rows past R zero. tmp: [2][32][L]
+// bytes.
 void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8_t* tmp) {
-  const __m512 k254 = _mm512_set1_ps(254.0f);
   for (int r = 0; r < 32; ++r) {
     int8_t* h = tmp + r * L;
     int8_t* l = tmp + (32 + r) * L;
@@ -134,20 +132,7 @@ void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8
       qs[r] = 0.0f;
       continue;
     }
-    const uint16_t* q = static_cast<const uint16_t*>(j.rows[r].q);
-    auto load = [&](int64_t d) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + d))), 16)); };
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t d = 0; d < L; d += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load(d)));
-    const float m = _mm512_reduce_max_ps(amax);
-    qs[r] = m / 127.0f;
-    const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
-    for (int64_t d = 0; d < L; d += 16) {
-      const __m512 x = _mm512_mul_ps(load(d), inv);
-      const __m512 hf = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512 lf = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, hf), k254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(h + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hf)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(l + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lf)));
-    }
+    qs[r] = quantize_q_i8x2(static_cast<const uint16_t*>(j.rows[r].q), L, h, l);
   }
   for (int part = 0; part < 2; ++part)
     for (int half = 0; half < 2; ++half)

@@ -6,6 +6,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace optx::attn_detail::OPTX_ISA_NS {
@@ -52,6 +53,31 @@ void finish_rows(const Config& c, const Job& j, const float* mrow, const float* 
     if (row.lse) *row.lse = s.lse();
   }
 }
+
+#ifdef OPTX_ATTN_DECODE_AMX
+// A bf16 q row for int8 scores against i8 caches: qs = max|q| / 127, q ~ qs * (h + l / 254)
+// with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's half ulp for all but the
+// row's smallest values). n % 16 == 0; returns qs.
+float quantize_q_i8x2(const uint16_t* q, int64_t n, int8_t* h, int8_t* l) {
+  auto load = [&](int64_t d) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + d))), 16));
+  };
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t d = 0; d < n; d += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load(d)));
+  alignas(64) float lanes[16];  // not _mm512_reduce_max_ps: GCC 12 warns on its undefined vectors here
+  _mm512_store_ps(lanes, amax);
+  const float m = *std::max_element(lanes, lanes + 16);
+  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f), k254 = _mm512_set1_ps(254.0f);
+  for (int64_t d = 0; d < n; d += 16) {
+    const __m512 x = _mm512_mul_ps(load(d), inv);
+    const __m512 hf = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 lf = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, hf), k254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hf)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(l + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lf)));
+  }
+  return m / 127.0f;
+}
+#endif
 
 // Sixteen dot-product partials (a[i] holds 16 partial sums of key i) to one vector of
 // the sixteen sums, lane i = sum(a[i]): 45 shuffles and adds for 16 keys, where a
@@ -124,8 +150,21 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   hi = std::min(hi, top), lo = std::max(lo, bottom);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
+#ifdef OPTX_ATTN_DECODE_AMX
+  // i8 K / V caches: scores by TDPBSSD straight from the K rows against q in two int8
+  // halves, P . V on the int8 V rows widened to f32; the keys' scales multiply the scores
+  // and fold into p. Nothing is dequantised into staging (the ring space holds this
+  // path's buffers).
+  const I8Kv& x8 = j.kv.i8;
+  static const bool amx_int8 = cpu_features().amx_int8;
+  const bool q8 = x8.k && x8.v && amx_int8 && D % 64 == 0;
+  alignas(64) float ksc[2 * kBlock] = {}, vsc[2 * kBlock] = {};
+#else
+  constexpr bool q8 = false;
+#endif
   // Lines of one cache row (all KV heads' slices) and one KV head's share of them.
-  const int64_t k_lines = ((G - 1) * j.k_goff * 2 + D * 2 + 63) / 64, v_lines = ((G - 1) * j.v_goff * 2 + Dv * 2 + 63) / 64;
+  const int64_t es = q8 ? 1 : 2;
+  const int64_t k_lines = ((G - 1) * j.k_goff * es + D * es + 63) / 64, v_lines = ((G - 1) * j.v_goff * es + Dv * es + 63) / 64;
   const int64_t k_share = (k_lines + G - 1) / G, v_share = (v_lines + G - 1) / G;
   const __m512 scale = _mm512_set1_ps(c.scale);
 #ifdef OPTX_ATTN_DECODE_AMX
@@ -138,18 +177,48 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     TileConfig cfg{};
     cfg.palette_id = 1;
     cfg.rows[0] = 16, cfg.colsb[0] = uint16_t(4 * R);  // C: S^T[16 keys][R]
-    cfg.rows[1] = 16, cfg.colsb[1] = 64;               // A: 16 K rows x 32 of D
-    cfg.rows[2] = 16, cfg.colsb[2] = uint16_t(4 * R);  // B: 16 pairs of D x R
+    cfg.rows[1] = 16, cfg.colsb[1] = 64;               // A: 16 K rows x 32 of D (bf16) or 64 (int8)
+    cfg.rows[2] = 16, cfg.colsb[2] = uint16_t(4 * R);  // B: 16 pairs (quads) of D x R
+    cfg.rows[3] = 16, cfg.colsb[3] = uint16_t(4 * R);  // int8: C of q's l half
+    cfg.rows[4] = 16, cfg.colsb[4] = uint16_t(4 * R);  // int8: B of q's l half
     _tile_loadconfig(&cfg);
   }
   alignas(64) float st[16 * R];
+  alignas(64) int32_t sth[16 * R], stl[16 * R];
+  // int8: q's halves per KV head as B tiles ([g][D/4][R] dwords), each row's qs, and 16
+  // staged K slices for chunks whose rows are not at one stride.
+  int32_t* qh = nullptr;
+  int32_t* ql = nullptr;
+  int8_t* kst8 = nullptr;
+  float qs[kMaxRows];
+  if (q8) {
+    qh = reinterpret_cast<int32_t*>(x8.stage);
+    ql = qh + G * D / 4 * R;
+    kst8 = reinterpret_cast<int8_t*>(ql + G * D / 4 * R);
+    int8_t* th = kst8 + 16 * D;  // [D] h and l of one row
+    int8_t* tl = th + D;
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < R; ++r) {
+        qs[g * R + r] = quantize_q_i8x2(q[g * R + r], D, th, tl);
+        for (int64_t p = 0; p < D / 4; ++p) {
+          std::memcpy(&qh[(g * D / 4 + p) * R + r], th + 4 * p, 4);
+          std::memcpy(&ql[(g * D / 4 + p) * R + r], tl + 4 * p, 4);
+        }
+      }
+  }
   const __m512i st_rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(R));
 #endif
-  if (lo < hi) j.kv.rows(lo, std::min(kBlock, hi - lo), true, kp, vp, DequantRow{});
+  auto fetch = [&](int64_t j0, int64_t cnt, int at) {
+#ifdef OPTX_ATTN_DECODE_AMX
+    if (q8) return j.kv.planes(j0, cnt, kp + at, vp + at, ksc + at, vsc + at, DequantRow{});
+#endif
+    j.kv.rows(j0, cnt, true, kp + at, vp + at, DequantRow{});
+  };
+  if (lo < hi) fetch(lo, std::min(kBlock, hi - lo), 0);
   for (int64_t kb = lo; kb < hi; kb += kBlock) {
     const int64_t n = std::min(kBlock, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(kBlock, hi - kb - kBlock));
-    if (n_next) j.kv.rows(kb + kBlock, n_next, true, kp + kBlock, vp + kBlock, DequantRow{});
+    if (n_next) fetch(kb + kBlock, n_next, int(kBlock));
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int nc = int(std::min<int64_t>(16, n - c0));
       const int npf = int(std::min<int64_t>(16, n + n_next - c0 - 16));  // next chunk's keys
@@ -170,6 +239,36 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           for (int i = 0; i < nc; ++i)
             for (int64_t l = vl0; l < vl1; ++l) _mm_prefetch(static_cast<const char*>(vp[c0 + i]) + 64 * l, _MM_HINT_T0);
 #ifdef OPTX_ATTN_DECODE_AMX
+        if (q8) {
+          const char* kbase = static_cast<const char*>(kp[c0]) + g * j.k_goff;
+          int64_t ks8 = kstride;
+          if (!uniform) {  // the chunk's K slices, zero rows past nc
+            for (int i = 0; i < 16; ++i) {
+              if (i < nc) std::memcpy(kst8 + i * D, static_cast<const int8_t*>(kp[c0 + i]) + g * j.k_goff, size_t(D));
+              else std::memset(kst8 + i * D, 0, size_t(D));
+            }
+            kbase = reinterpret_cast<const char*>(kst8), ks8 = D;
+          }
+          _tile_zero(0);
+          _tile_zero(3);
+          for (int64_t d = 0; d < D; d += 64) {
+            _tile_loadd(1, kbase + d, ks8);
+            _tile_loadd(2, qh + (g * D + d) / 4 * R, 4 * R);
+            _tile_loadd(4, ql + (g * D + d) / 4 * R, 4 * R);
+            _tile_dpbssd(0, 1, 2);
+            _tile_dpbssd(3, 1, 4);
+          }
+          _tile_stored(0, sth, 4 * R);
+          _tile_stored(3, stl, 4 * R);
+          const __m512 ksv = _mm512_mul_ps(_mm512_loadu_ps(ksc + c0), scale), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
+          for (int r = 0; r < R; ++r) {  // column r of S^T is row r of S: scale_k * qs_r * (h + l / 254)
+            const __m512i idx = _mm512_add_epi32(st_rows, _mm512_set1_epi32(r));
+            const __m512 h = _mm512_cvtepi32_ps(_mm512_castps_si512(_mm512_i32gather_ps(idx, sth, 4)));
+            const __m512 l = _mm512_cvtepi32_ps(_mm512_castps_si512(_mm512_i32gather_ps(idx, stl, 4)));
+            _mm512_store_ps(&S[g * R + r][c0], _mm512_mul_ps(_mm512_fmadd_ps(l, k1_254, h), _mm512_mul_ps(ksv, _mm512_set1_ps(qs[g * R + r]))));
+          }
+          continue;
+        }
         if (uniform) {
           const char* kbase = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
           _tile_zero(0);
@@ -229,9 +328,38 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       }
       st.l += _mm512_reduce_add_ps(sum);
       mrow[r] = st.m, lrow[r] = st.l;
+#ifdef OPTX_ATTN_DECODE_AMX
+      if (q8)  // V enters as its int8 values: p carries the key's scale
+        for (int64_t jj = 0; jj < n; jj += 16) _mm512_store_ps(s + jj, _mm512_mul_ps(_mm512_load_ps(s + jj), _mm512_loadu_ps(vsc + jj)));
+#endif
     }
+#ifdef OPTX_ATTN_DECODE_AMX
+    for (int g = 0; q8 && any && g < G; ++g) {  // int8 V: natural column order
+      float* og = o + g * R * Dv;
+      const float(*Sg)[kBlock] = S + g * R;
+      for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
+        constexpr int kV = kCh / 16;
+        const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);
+        __m512 acc[R][kV];
+        for (int r = 0; r < R; ++r)
+          for (int v = 0; v < kV; ++v) acc[r][v] = v < nv ? _mm512_loadu_ps(og + r * Dv + d0 + 16 * v) : _mm512_setzero_ps();
+        for (int64_t jj = 0; jj < n; ++jj) {
+          const int8_t* vr = static_cast<const int8_t*>(vp[jj]) + g * j.v_goff + d0;
+          __m512 vv[kV];
+          for (int v = 0; v < kV; ++v)
+            vv[v] = v < nv ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 16 * v)))) : _mm512_setzero_ps();
+          for (int r = 0; r < R; ++r) {
+            const __m512 pr = _mm512_set1_ps(Sg[r][jj]);
+            for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_fmadd_ps(pr, vv[v], acc[r][v]);
+          }
+        }
+        for (int r = 0; r < R; ++r)
+          for (int v = 0; v < nv; ++v) _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, acc[r][v]);
+      }
+    }
+#endif
     const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
-    for (int g = 0; any && g < G; ++g) {
+    for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
       for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
@@ -267,6 +395,9 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     }
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
     std::copy(vp + kBlock, vp + kBlock + n_next, vp);
+#ifdef OPTX_ATTN_DECODE_AMX
+    if (q8) std::copy(ksc + kBlock, ksc + kBlock + n_next, ksc), std::copy(vsc + kBlock, vsc + kBlock + n_next, vsc);
+#endif
   }
 #ifdef OPTX_ATTN_DECODE_AMX
   _tile_release();

@@ -122,6 +122,18 @@ struct KvView {
     }
   }
 
+  // i8 K / V planes: the rows of keys j0 .. j0 + n (this job's slices) and their scales,
+  // for kernels that read int8 directly.
+  template <class Deq>
+  void planes(int64_t j0, int64_t n, const void** kp, const void** vp, float* ks, float* vs, const Deq&) const {
+    int64_t blk = j0 / block_size, off = j0 % block_size;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = int64_t(table[blk]) * block_size + off;
+      kp[i] = i8.k + slot * i8.k_rs, vp[i] = i8.v + slot * i8.v_rs;
+      ks[i] = i8.k_scales[slot], vs[i] = i8.v_scales[slot];
+      if (++off == block_size) off = 0, ++blk;
+    }
+  }
   // i8 MLA latent: the source rows (latent, rope) of keys j0 .. j0 + n, for reading or
   // prefetching them directly; scale_out (may be null) gets each key's scale.
   template <class Deq>
