@@ -170,6 +170,52 @@ void from_pair_order(float* o, int rows, int64_t Dv) {
     }
 }
 
+// Keys k0 .. k0 + 16 of a sub-step (ns keys): their rows' common stride and the first
+// row, when all 16 exist and sit at one stride (a paged block of >= 16 slots), so one
+// tile load takes them; else null.
+const char* uniform_rows(const void* const* rows, int64_t ns, int64_t k0, int64_t* stride) {
+  const char* base = k0 < ns ? static_cast<const char*>(rows[k0]) : nullptr;
+  *stride = k0 + 1 < ns ? static_cast<const char*>(rows[k0 + 1]) - base : 0;
+  bool direct = k0 + 16 <= ns && *stride > 0;
+  for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(rows[k0 + i]) - base == i * *stride;
+  return direct ? base : nullptr;
+}
+
+// S^T tiles of 32 keys (A tiles a[0], a[1]: 16 bf16 rows each) against Q^T pairs qt over
+// n values, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with two).
+template <class Prefetch>
+OPTX_ALWAYS_INLINE void scores_bf16(const uint16_t* const a[2], const int64_t stride[2], const uint16_t* qt, int64_t n, bool two,
+                                    Prefetch&& prefetch) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t d = 0; d < n; d += 32) {
+    prefetch();
+    _tile_loadd(4, a[0] + d, stride[0]);
+    _tile_loadd(5, a[1] + d, stride[1]);
+    _tile_loadd(6, qt + (d / 2) * 64, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    if (two) {
+      _tile_loadd(7, qt + (d / 2) * 64 + 32, 128);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
+// C tiles 0-3 to [32 keys][32 rows] of 4-byte scores at s (row stride 128 bytes).
+OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
+  char* b = static_cast<char*>(s);
+  _tile_stored(0, b, 128);
+  _tile_stored(2, b + 16 * 128, 128);
+  if (two) {
+    _tile_stored(1, b + 64, 128);
+    _tile_stored(3, b + 16 * 128 + 64, 128);
+  }
+}
+
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
   if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
@@ -294,15 +340,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       int64_t la_stride[2], ra_stride[2];
       for (int t = 0; t < 2; ++t) {
         const int64_t k0 = 16 * t;
-        auto direct_of = [&](const void* const* ptr, int64_t* stride) {
-          const char* base = k0 < ns ? static_cast<const char*>(ptr[s0 + k0]) : nullptr;
-          *stride = k0 + 1 < ns ? static_cast<const char*>(ptr[s0 + k0 + 1]) - base : 0;
-          bool direct = k0 + 16 <= ns && *stride > 0;
-          for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(ptr[s0 + k0 + i]) - base == i * *stride;
-          return direct ? base : nullptr;
-        };
-        la[t] = reinterpret_cast<const int8_t*>(direct_of(kp, &la_stride[t]));
-        ra[t] = reinterpret_cast<const uint16_t*>(direct_of(vpp, &ra_stride[t]));
+        la[t] = reinterpret_cast<const int8_t*>(uniform_rows(kp + s0, ns, k0, &la_stride[t]));
+        ra[t] = reinterpret_cast<const uint16_t*>(uniform_rows(vpp + s0, ns, k0, &ra_stride[t]));
         for (int64_t k = k0; !la[t] && k < k0 + 16; ++k) {
           if (k < ns) std::memcpy(kst8 + k * L, kp[s0 + k], size_t(L));
           else std::memset(kst8 + k * L, 0, size_t(L));
@@ -333,38 +372,10 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
             _tile_dpbssd(3, 5, 7);
           }
         }
-        int32_t* si = sti + (part * kSuper + s0) * 32;
-        _tile_stored(0, si, 128);
-        _tile_stored(2, si + 16 * 32, 128);
-        if (two) {
-          _tile_stored(1, si + 16, 128);
-          _tile_stored(3, si + 16 * 32 + 16, 128);
-        }
+        store_scores(sti + (part * kSuper + s0) * 32, two);
       }
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t d = 0; d < RD; d += 32) {
-        prefetch_next();
-        _tile_loadd(4, ra[0] + d, ra_stride[0]);
-        _tile_loadd(5, ra[1] + d, ra_stride[1]);
-        _tile_loadd(6, qt + ((L + d) / 2) * 64, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
-        if (two) {
-          _tile_loadd(7, qt + ((L + d) / 2) * 64 + 32, 128);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      float* sts = st + s0 * 32;
-      _tile_stored(0, sts, 128);
-      _tile_stored(2, sts + 16 * 32, 128);
-      if (two) {
-        _tile_stored(1, sts + 16, 128);
-        _tile_stored(3, sts + 16 * 32 + 16, 128);
-      }
+      scores_bf16(ra, ra_stride, qt + (L / 2) * 64, RD, two, prefetch_next);  // the rope part
+      store_scores(st + s0 * 32, two);
     }
     for (int sb = 0; !q8 && sb < nsub; ++sb) {
       const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
@@ -374,41 +385,15 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       int64_t ka_stride[2];
       for (int t = 0; t < 2; ++t) {
         const int64_t k0 = 16 * t;
-        const char* base = k0 < ns ? static_cast<const char*>(kp[s0 + k0]) : nullptr;
-        const int64_t stride = k0 + 1 < ns ? static_cast<const char*>(kp[s0 + k0 + 1]) - base : 0;
-        bool direct = k0 + 16 <= ns && stride > 0;
-        for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(kp[s0 + k0 + i]) - base == i * stride;
-        ka[t] = direct ? reinterpret_cast<const uint16_t*>(base) : kst + k0 * D;
-        ka_stride[t] = direct ? stride : D * 2;
-        for (int64_t k = k0; !direct && k < k0 + 16; ++k) {
+        ka[t] = reinterpret_cast<const uint16_t*>(uniform_rows(kp + s0, ns, k0, &ka_stride[t]));
+        for (int64_t k = k0; !ka[t] && k < k0 + 16; ++k) {
           if (k < ns) std::memcpy(kst + k * D, kp[s0 + k], size_t(D) * 2);
           else std::memset(kst + k * D, 0, size_t(D) * 2);
         }
+        if (!ka[t]) ka[t] = kst + k0 * D, ka_stride[t] = D * 2;
       }
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t d = 0; d < D; d += 32) {
-        prefetch_next();
-        _tile_loadd(4, ka[0] + d, ka_stride[0]);
-        _tile_loadd(5, ka[1] + d, ka_stride[1]);
-        _tile_loadd(6, qt + (d / 2) * 64, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
-        if (two) {
-          _tile_loadd(7, qt + (d / 2) * 64 + 32, 128);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      float* sts = st + s0 * 32;
-      _tile_stored(0, sts, 128);
-      _tile_stored(2, sts + 16 * 32, 128);
-      if (two) {
-        _tile_stored(1, sts + 16, 128);
-        _tile_stored(3, sts + 16 * 32 + 16, 128);
-      }
+      scores_bf16(ka, ka_stride, qt, D, two, prefetch_next);
+      store_scores(st + s0 * 32, two);
     }
     // Vertical online softmax over the superblock's keys, 16 rows per vector.
     const int64_t nk = int64_t(nsub) * kSub;  // keys the P tiles cover; p = 0 past n
