@@ -30,10 +30,11 @@ static_assert(kKvBlock <= kMaxRowsPerCall);
 
 // An i8 cache with per-token scales: K and V planes as kv_cache_write writes them, or
 // the MLA latent kv_rms_norm_rope_cache writes (no V plane: V is the first v_dim values of
-// K's row, whose tail is the rope part in the q dtype). KvView dequantises the rows a job
-// reads into its staging ring, rounded once to the q dtype, so every kernel (and the
-// reference) reads plain rows; the ring holds two calls' rows, the block in use and the
-// next one.
+// K's row, whose tail is the rope part in the q dtype). KvView::rows() dequantises the
+// rows a job reads into its staging ring, rounded once to the q dtype, so a kernel (and
+// the reference) can read plain rows; the ring holds two calls' rows, the block in use
+// and the next one. The AMX decode kernels read the int8 rows themselves (planes(),
+// sources()) and use the ring's space for their own buffers.
 struct I8Kv {
   const int8_t* k = nullptr;
   const int8_t* v = nullptr;       // null: V is K's row prefix (MLA)
