@@ -87,9 +87,8 @@ struct KvView {
     if (!i8.k) return row(v, v_rs, j, bf16);
     return i8.v ? dequant_v(slot(j), bf16, i8.stage, deq) : dequant_k(slot(j), bf16, i8.stage, deq);
   }
-  // Row addresses of keys j0 .. j0 + n (n <= kMaxRowsPerCall): one division per call,
-  // then a page walk (a division per key cost more than the key's whole dot product in
-  // decode). With an i8 cache the rows are dequantised here, into the other ring half.
+  // Row addresses of keys j0 .. j0 + n (n <= kMaxRowsPerCall). With an i8 cache the rows
+  // are dequantised here, into the other ring half.
   template <class Deq>
   void rows(int64_t j0, int64_t n, bool bf16, const void** kp, const void** vp, const Deq& deq) const {
     const size_t es = bf16 ? 2 : 4;
@@ -108,9 +107,7 @@ struct KvView {
       stage = i8.stage + size_t(ring) * size_t(kMaxRowsPerCall) * stage_row;
       ring ^= 1;
     }
-    int64_t blk = j0 / block_size, off = j0 % block_size;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t slot = int64_t(table[blk]) * block_size + off;
+    walk(j0, n, [&](int64_t i, int64_t slot) {
       if (stage) {
         uint8_t* dst = stage + size_t(i) * stage_row;
         kp[i] = vp[i] = dequant_k(slot, bf16, dst, deq);
@@ -119,38 +116,41 @@ struct KvView {
         kp[i] = kb + size_t(slot * k_rs) * es;
         vp[i] = vb + size_t(slot * v_rs) * es;
       }
-      if (++off == block_size) off = 0, ++blk;
-    }
+    });
   }
 
   // i8 K / V planes: the rows of keys j0 .. j0 + n (this job's slices) and their scales,
   // for kernels that read int8 directly.
   template <class Deq>
   void planes(int64_t j0, int64_t n, const void** kp, const void** vp, float* ks, float* vs, const Deq&) const {
-    int64_t blk = j0 / block_size, off = j0 % block_size;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t slot = int64_t(table[blk]) * block_size + off;
+    walk(j0, n, [&](int64_t i, int64_t slot) {
       kp[i] = i8.k + slot * i8.k_rs, vp[i] = i8.v + slot * i8.v_rs;
       ks[i] = i8.k_scales[slot], vs[i] = i8.v_scales[slot];
-      if (++off == block_size) off = 0, ++blk;
-    }
+    });
   }
   // i8 MLA latent: the source rows (latent, rope) of keys j0 .. j0 + n, for reading or
   // prefetching them directly; scale_out (may be null) gets each key's scale.
   template <class Deq>
   void sources(int64_t j0, int64_t n, bool bf16, const void** lat_p, const void** rope_p, float* scale_out, const Deq&) const {
     const size_t es = bf16 ? 2 : 4;
-    int64_t blk = j0 / block_size, off = j0 % block_size;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t slot = int64_t(table[blk]) * block_size + off;
+    walk(j0, n, [&](int64_t i, int64_t slot) {
       lat_p[i] = i8.k + slot * i8.k_rs;
       rope_p[i] = static_cast<const uint8_t*>(i8.rope) + size_t(slot * i8.rope_rs) * es;
       if (scale_out) scale_out[i] = i8.k_scales[slot];
-      if (++off == block_size) off = 0, ++blk;
-    }
+    });
   }
 
  private:
+  // f(i, slot) for keys j0 + i, i < n, of a paged view: one division, then a page walk
+  // (a division per key cost more than the key's whole dot product in decode).
+  template <class F>
+  void walk(int64_t j0, int64_t n, F&& f) const {
+    int64_t blk = j0 / block_size, off = j0 % block_size;
+    for (int64_t i = 0; i < n; ++i) {
+      f(i, int64_t(table[blk]) * block_size + off);
+      if (++off == block_size) off = 0, ++blk;
+    }
+  }
   int64_t slot(int64_t j) const { return table ? int64_t(table[j / block_size]) * block_size + j % block_size : j; }
   const void* row(const void* base, int64_t rs, int64_t j, bool bf16) const {
     return static_cast<const uint8_t*>(base) + size_t(slot(j) * rs) * (bf16 ? 2 : 4);
