@@ -170,17 +170,6 @@ void from_pair_order(float* o, int rows, int64_t Dv) {
     }
 }
 
-// Keys k0 .. k0 + 16 of a sub-step (ns keys): their rows' common stride and the first
-// row, when all 16 exist and sit at one stride (a paged block of >= 16 slots), so one
-// tile load takes them; else null.
-const char* uniform_rows(const void* const* rows, int64_t ns, int64_t k0, int64_t* stride) {
-  const char* base = k0 < ns ? static_cast<const char*>(rows[k0]) : nullptr;
-  *stride = k0 + 1 < ns ? static_cast<const char*>(rows[k0 + 1]) - base : 0;
-  bool direct = k0 + 16 <= ns && *stride > 0;
-  for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(rows[k0 + i]) - base == i * *stride;
-  return direct ? base : nullptr;
-}
-
 // S^T tiles of 32 keys (A tiles a[0], a[1]: 16 bf16 rows each) against Q^T pairs qt over
 // n values, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with two).
 template <class Prefetch>
@@ -340,18 +329,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       int64_t la_stride[2], ra_stride[2];
       for (int t = 0; t < 2; ++t) {
         const int64_t k0 = 16 * t;
-        la[t] = reinterpret_cast<const int8_t*>(uniform_rows(kp + s0, ns, k0, &la_stride[t]));
-        ra[t] = reinterpret_cast<const uint16_t*>(uniform_rows(vpp + s0, ns, k0, &ra_stride[t]));
-        for (int64_t k = k0; !la[t] && k < k0 + 16; ++k) {
-          if (k < ns) std::memcpy(kst8 + k * L, kp[s0 + k], size_t(L));
-          else std::memset(kst8 + k * L, 0, size_t(L));
-        }
-        for (int64_t k = k0; !ra[t] && k < k0 + 16; ++k) {
-          if (k < ns) std::memcpy(kstr + k * RD, vpp[s0 + k], size_t(RD) * 2);
-          else std::memset(kstr + k * RD, 0, size_t(RD) * 2);
-        }
-        if (!la[t]) la[t] = kst8 + k0 * L, la_stride[t] = L;
-        if (!ra[t]) ra[t] = kstr + k0 * RD, ra_stride[t] = RD * 2;
+        la[t] = tile_rows(kp + s0 + k0, ns - k0, 0, size_t(L), kst8 + k0 * L, &la_stride[t]);
+        ra[t] = tile_rows(vpp + s0 + k0, ns - k0, 0, size_t(RD) * 2, kstr + k0 * RD, &ra_stride[t]);
       }
       for (int part = 0; part < 2; ++part) {
         const int8_t* qb = part ? q8l : q8h;
@@ -383,15 +362,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
       const uint16_t* ka[2];
       int64_t ka_stride[2];
-      for (int t = 0; t < 2; ++t) {
-        const int64_t k0 = 16 * t;
-        ka[t] = reinterpret_cast<const uint16_t*>(uniform_rows(kp + s0, ns, k0, &ka_stride[t]));
-        for (int64_t k = k0; !ka[t] && k < k0 + 16; ++k) {
-          if (k < ns) std::memcpy(kst + k * D, kp[s0 + k], size_t(D) * 2);
-          else std::memset(kst + k * D, 0, size_t(D) * 2);
-        }
-        if (!ka[t]) ka[t] = kst + k0 * D, ka_stride[t] = D * 2;
-      }
+      for (int t = 0; t < 2; ++t) ka[t] = tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
       scores_bf16(ka, ka_stride, qt, D, two, prefetch_next);
       store_scores(st + s0 * 32, two);
     }

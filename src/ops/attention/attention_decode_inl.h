@@ -55,6 +55,36 @@ void finish_rows(const Config& c, const Job& j, const float* mrow, const float* 
 }
 
 #ifdef OPTX_ATTN_DECODE_AMX
+// 16 keys' rows as one AMX A tile: the first row, and the rows' stride, when all 16 exist
+// (n of them do) and sit at one stride (a paged block of >= 16 slots); else null.
+const char* uniform_rows(const void* const* rows, int64_t n, int64_t* stride) {
+  const char* base = n > 0 ? static_cast<const char*>(rows[0]) : nullptr;
+  *stride = n > 1 ? static_cast<const char*>(rows[1]) - base : 0;
+  bool direct = n >= 16 && *stride > 0;
+  for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(rows[i]) - base == i * *stride;
+  return direct ? base : nullptr;
+}
+
+// The tile's rows where they are not at one stride: `bytes` of each row from `offset` on,
+// contiguous in dst, zero rows past n.
+void stage_rows16(const void* const* rows, int64_t n, size_t offset, size_t bytes, void* dst) {
+  for (int64_t i = 0; i < 16; ++i) {
+    uint8_t* d = static_cast<uint8_t*>(dst) + size_t(i) * bytes;
+    if (i < n) std::memcpy(d, static_cast<const uint8_t*>(rows[i]) + offset, bytes);
+    else std::memset(d, 0, bytes);
+  }
+}
+
+// A tile of 16 keys' rows (from byte `offset`, `bytes` each): straight from the rows, or
+// staged in `staging`; *stride gets the tile's row stride.
+template <class T>
+const T* tile_rows(const void* const* rows, int64_t n, size_t offset, size_t bytes, T* staging, int64_t* stride) {
+  if (const char* base = uniform_rows(rows, n, stride)) return reinterpret_cast<const T*>(base + offset);
+  stage_rows16(rows, n, offset, bytes, staging);
+  *stride = int64_t(bytes);
+  return staging;
+}
+
 // A bf16 q row for int8 scores against i8 caches: qs = max|q| / 127, q ~ qs * (h + l / 254)
 // with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's half ulp for all but the
 // row's smallest values). n % 16 == 0; returns qs.
@@ -225,10 +255,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #ifdef OPTX_ATTN_DECODE_AMX
       // AMX loads the 16 K rows as one tile when they sit at one stride (a paged block
       // of >= 16 slots holds the whole chunk).
-      const int64_t kstride = static_cast<const char*>(kp[c0 + 1 < n ? c0 + 1 : c0]) - static_cast<const char*>(kp[c0]);
-      bool uniform = nc == 16;
-      for (int i = 2; uniform && i < 16; ++i)
-        uniform = static_cast<const char*>(kp[c0 + i]) - static_cast<const char*>(kp[c0]) == i * kstride;
+      int64_t kstride;
+      const bool uniform = uniform_rows(kp + c0, nc, &kstride) != nullptr;
 #endif
       for (int g = 0; g < G; ++g) {
         const int64_t kl0 = std::min(k_lines, g * k_share), kl1 = std::min(k_lines, kl0 + k_share);
@@ -240,15 +268,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
             for (int64_t l = vl0; l < vl1; ++l) _mm_prefetch(static_cast<const char*>(vp[c0 + i]) + 64 * l, _MM_HINT_T0);
 #ifdef OPTX_ATTN_DECODE_AMX
         if (q8) {
-          const char* kbase = static_cast<const char*>(kp[c0]) + g * j.k_goff;
-          int64_t ks8 = kstride;
-          if (!uniform) {  // the chunk's K slices, zero rows past nc
-            for (int i = 0; i < 16; ++i) {
-              if (i < nc) std::memcpy(kst8 + i * D, static_cast<const int8_t*>(kp[c0 + i]) + g * j.k_goff, size_t(D));
-              else std::memset(kst8 + i * D, 0, size_t(D));
-            }
-            kbase = reinterpret_cast<const char*>(kst8), ks8 = D;
-          }
+          int64_t ks8;
+          const int8_t* kbase = tile_rows(kp + c0, nc, size_t(g * j.k_goff), size_t(D), kst8, &ks8);
           _tile_zero(0);
           _tile_zero(3);
           for (int64_t d = 0; d < D; d += 64) {
