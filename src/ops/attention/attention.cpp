@@ -30,6 +30,15 @@ Status check_tensor(const char* op, const TensorView& t, const char* name, int r
   return Status::Ok();
 }
 
+// Per-token scales of an i8 cache: f32 [num_slots].
+Status check_scales(const char* op, const TensorView& t, const char* name, int64_t slots, const char* with) {
+  OPTX_RETURN_IF_ERROR(check_tensor(op, t, name, 1));
+  if (t.dtype != DType::kF32 || t.sizes[0] != slots)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be f32 [num_slots=", slots, "] with ", with, ", got ",
+                 dtype_name(t.dtype), " [", t.sizes[0], "]");
+  return Status::Ok();
+}
+
 // Sequence geometry of one tensor: element offset of (b, pos, head) = base + pos*ps + head*hs.
 struct Seq {
   int64_t base = 0, ps = 0, hs = 0, len = 0;
@@ -599,10 +608,7 @@ Status paged_validate(const PagedDecodeParams& p) {
       if (!t->empty()) return Error(StatusCode::kInvalidArgument, op, ": ", n, " is for i8 caches, but the caches are ", dtype_name(p.k_cache.dtype));
       continue;
     }
-    OPTX_RETURN_IF_ERROR(check_tensor(op, *t, n, 1));
-    if (t->dtype != DType::kF32 || t->sizes[0] != p.k_cache.sizes[0])
-      return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be f32 [num_slots=", p.k_cache.sizes[0], "] with i8 caches, got ",
-                   dtype_name(t->dtype), " [", t->sizes[0], "]");
+    OPTX_RETURN_IF_ERROR(check_scales(op, *t, n, p.k_cache.sizes[0], "i8 caches"));
   }
   const int64_t Dv = p.v_cache.sizes[1] / p.kv_heads;
   if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
@@ -643,10 +649,7 @@ Status mla_validate(const MlaDecodeParams& p) {
     if (p.cache.sizes[1] != p.kv_lora_rank)
       return Error(StatusCode::kInvalidArgument, op, ": an i8 cache must be [num_slots, kv_lora_rank=", p.kv_lora_rank, "], got [",
                    slots, ", ", p.cache.sizes[1], "]");
-    OPTX_RETURN_IF_ERROR(check_tensor(op, p.cache_scales, "cache_scales", 1));
-    if (p.cache_scales.dtype != DType::kF32 || p.cache_scales.sizes[0] != slots)
-      return Error(StatusCode::kInvalidArgument, op, ": cache_scales must be f32 [num_slots=", slots, "] with an i8 cache, got ",
-                   dtype_name(p.cache_scales.dtype), " [", p.cache_scales.sizes[0], "]");
+    OPTX_RETURN_IF_ERROR(check_scales(op, p.cache_scales, "cache_scales", slots, "an i8 cache"));
     OPTX_RETURN_IF_ERROR(check_tensor(op, p.rope_cache, "rope_cache", 2));
     if (p.rope_cache.dtype != p.q.dtype || p.rope_cache.sizes[0] != slots || p.rope_cache.sizes[1] != rope)
       return Error(StatusCode::kInvalidArgument, op, ": rope_cache must be ", dtype_name(p.q.dtype), " [num_slots=", slots,
