@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "numerics/quant_i8.h"
 #include "ops/attention/attention_internal.h"
 #include "optx/gemm.h"
 #include "testing/rng.h"
@@ -100,15 +101,9 @@ std::vector<std::vector<int32_t>> rotated_tables(int copies, int64_t per_copy, t
 // Enough copies of `bytes` to exceed 256 MiB, so rotating them reads from DRAM.
 int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / bytes))); }
 
-// Per-token symmetric int8 of `rows` rows of `width` bf16 values (as kv_cache_write).
-void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int8_t* q, float* scales) {
-  for (int64_t s = 0; s < rows; ++s) {
-    const uint16_t* row = x + s * width;
-    float amax = 0.0f;
-    for (int64_t d = 0; d < width; ++d) amax = std::max(amax, std::abs(bf16_to_f32(row[d])));
-    scales[s] = amax / 127.0f;
-    for (int64_t d = 0; d < width; ++d) q[s * width + d] = amax > 0.0f ? int8_t(std::lrint(bf16_to_f32(row[d]) * 127.0f / amax)) : int8_t(0);
-  }
+// Per-token int8 of `rows` rows of `width` bf16 values, with kv_cache_write's quantiser.
+void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int64_t stride, int8_t* q, float* scales) {
+  for (int64_t s = 0; s < rows; ++s) numerics::quantize_row_i8(x + s * stride, width, q + s * width, scales + s);
 }
 
 // GQA decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block
@@ -127,8 +122,8 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8) 
   if (with_i8) {
     k8 = std::make_unique<bench::Buffer>(size_t(slots * Hkv * D)), v8 = std::make_unique<bench::Buffer>(size_t(slots * Hkv * Dv));
     ks = std::make_unique<bench::Buffer>(size_t(slots) * 4), vs = std::make_unique<bench::Buffer>(size_t(slots) * 4);
-    quantize_rows(kc.as<uint16_t>(), slots, Hkv * D, k8->as<int8_t>(), ks->as<float>());
-    quantize_rows(vc.as<uint16_t>(), slots, Hkv * Dv, v8->as<int8_t>(), vs->as<float>());
+    quantize_rows(kc.as<uint16_t>(), slots, Hkv * D, Hkv * D, k8->as<int8_t>(), ks->as<float>());
+    quantize_rows(vc.as<uint16_t>(), slots, Hkv * Dv, Hkv * Dv, v8->as<int8_t>(), vs->as<float>());
   }
   auto tables = rotated_tables(copies, B * blocks_per_seq, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
@@ -180,16 +175,9 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   bench::Buffer kc(size_t(slots * D) * 2), lat(size_t(slots * Dv)), sc(size_t(slots) * 4), rc(size_t(slots * R) * 2);
   testing::Rng rng(2);
   testing::fill_bf16(kc.as<uint16_t>(), slots * D, rng);
-  for (int64_t s = 0; s < slots; ++s) {  // the i8 layout of the same rows (as kv_cache_write quantises)
-    const uint16_t* row = kc.as<uint16_t>() + s * D;
-    float amax = 0.0f;
-    for (int64_t d = 0; d < Dv; ++d) amax = std::max(amax, std::abs(bf16_to_f32(row[d])));
-    const float scale = amax / 127.0f;
-    sc.as<float>()[s] = scale;
-    for (int64_t d = 0; d < Dv; ++d)
-      lat.as<int8_t>()[s * Dv + d] = scale > 0.0f ? int8_t(std::lrint(bf16_to_f32(row[d]) / scale)) : int8_t(0);
-    std::copy(row + Dv, row + D, rc.as<uint16_t>() + s * R);
-  }
+  // The i8 layout of the same rows: the latent quantised, the rope part copied.
+  quantize_rows(kc.as<uint16_t>(), slots, Dv, D, lat.as<int8_t>(), sc.as<float>());
+  for (int64_t s = 0; s < slots; ++s) std::copy(kc.as<uint16_t>() + s * D + Dv, kc.as<uint16_t>() + (s + 1) * D, rc.as<uint16_t>() + s * R);
   auto tables = rotated_tables(copies, blocks, rng);
   std::vector<int32_t> lens = {int32_t(ctx_len)};
   std::vector<uint16_t> q(size_t(H * D)), out(size_t(H * Dv));
