@@ -106,10 +106,10 @@ void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
 }
 template <class V>
 void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
-    else qkv_token_t<V, float>(a, t);
-  }
+  if (a.bf16)
+    for (int64_t t = t0; t < t1; ++t) qkv_token_t<V, uint16_t>(a, t);
+  else
+    for (int64_t t = t0; t < t1; ++t) qkv_token_t<V, float>(a, t);
   V::stream_fence();
 }
 
