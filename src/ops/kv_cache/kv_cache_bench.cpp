@@ -48,7 +48,7 @@ void bench_mla(bench::Context& ctx) {
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool));
   RopeTable table;
   bench::check(RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table));
-  std::vector<std::vector<uint16_t>> kv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<testing::AlignedVector<uint16_t>> kv(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : kv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
@@ -71,9 +71,9 @@ void bench_mla(bench::Context& ctx) {
   };
 
   // basic, intermediates preallocated and touched
-  std::vector<float> h32(static_cast<size_t>(T * R)), sq(h32.size()), var(static_cast<size_t>(T)), cosr(static_cast<size_t>(T * RD)),
+  testing::AlignedVector<float> h32(static_cast<size_t>(T * R)), sq(h32.size()), var(static_cast<size_t>(T)), cosr(static_cast<size_t>(T * RD)),
       sinr(cosr.size());
-  std::vector<uint16_t> hb(static_cast<size_t>(T * R)), lat(hb.size()), de(static_cast<size_t>(T * RD)), rh(de.size()), a(de.size()),
+  testing::AlignedVector<uint16_t> hb(static_cast<size_t>(T * R)), lat(hb.size()), de(static_cast<size_t>(T * RD)), rh(de.size()), a(de.size()),
       b(de.size()), kr(de.size()), cat(static_cast<size_t>(T * W));
   const int th = ctx.threads;
   bench::Record bb{.op = "kv_rms_norm_rope_cache", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
@@ -136,7 +136,7 @@ void bench_qkv(bench::Context& ctx) {
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool));
   RopeTable table;
   bench::check(RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table));
-  std::vector<std::vector<uint16_t>> qkv(kSets, std::vector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<testing::AlignedVector<uint16_t>> qkv(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : qkv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);

@@ -10,6 +10,7 @@
 #include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "ops/rope/rope_internal.h"
+#include "testing/aligned.h"
 #include "testing/rng.h"
 
 namespace optx::rope_detail {
@@ -22,7 +23,7 @@ void bench_rope(bench::Context& ctx) {
   testing::Rng rng(9);
   const int64_t n = T * H * D;  // q and k stored as one [T, 40, 128] block per set
   constexpr int kSets = 4;      // 4 x 40 MiB rotated: >= 128 MiB touched, x2 for read + write
-  std::vector<std::vector<uint16_t>> x(kSets, std::vector<uint16_t>(static_cast<size_t>(n)));
+  std::vector<testing::AlignedVector<uint16_t>> x(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(n)));
   for (auto& v : x) testing::fill_bf16(v.data(), n, rng);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
@@ -38,8 +39,8 @@ void bench_rope(bench::Context& ctx) {
                 .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin()}));
   };
 
-  std::vector<float> cosr(static_cast<size_t>(T * D)), sinr(static_cast<size_t>(T * D));
-  std::vector<uint16_t> rh(static_cast<size_t>(n)), a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  testing::AlignedVector<float> cosr(static_cast<size_t>(T * D)), sinr(static_cast<size_t>(T * D));
+  testing::AlignedVector<uint16_t> rh(static_cast<size_t>(n)), a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
   const int th = ctx.threads;
   bench::Record bb{.op = "rope", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
   bb.peak_bytes = double((cosr.size() + sinr.size()) * 4 + (rh.size() + a.size() + b.size()) * 2);
