@@ -1,7 +1,11 @@
 // `optx verify` cases for the attention family: every runnable implementation; lengths 1,
 // 17, 113, 239, 1023; head dims 64-192 and MLA 576/512; GQA 1/3/4/8; causal, windows,
-// masks, sinks, softcap, large logits; varlen with empty sequences; paged and MLA decode.
+// masks, sinks, softcap, large logits; varlen with empty sequences; paged and MLA decode;
+// Sq or Skv 4097; attention_update against a double-precision merge.
+#include <cmath>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "ops/attention/attention_testutil.h"
 #include "tools/verify.h"
@@ -26,6 +30,13 @@ void verify_flash(std::vector<verify::Record>& out) {
         c.dtype = dt, c.Sq = Sq, c.Skv = Skv, c.D = D, c.Dv = Dv, c.Nq = Nq, c.Nkv = Nkv, c.causal = causal;
         rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq + Skv)));
       }
+    // 4097 keys / queries (one head, D 64, so the double reference stays quick): a long
+    // causal prefix for 17 queries, and 4097 unmasked queries over 113 keys.
+    for (auto [Sq, Skv, causal] : {std::tuple{17, 4097, true}, {4097, 113, false}}) {
+      testutil::FlashCase c;
+      c.dtype = DType::kBF16, c.Sq = Sq, c.Skv = Skv, c.D = 64, c.Dv = 64, c.Nq = 1, c.Nkv = 1, c.causal = causal;
+      rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq * Skv)));
+    }
     testutil::FlashCase c;  // masks, sinks, softcap, large logits, windows
     c.Sq = 33, c.Skv = 65, c.Nq = 4, c.Nkv = 1, c.mask = true, c.bias = true, c.sinks = true, c.softcap = 30.0f;
     rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, 3));
@@ -57,7 +68,54 @@ void verify_decode(std::vector<verify::Record>& out) {
       }
 }
 
+// attention_update: P partials per row with random lse (some -inf: empty partials, whose
+// outputs hold garbage that must not leak), one row with every partial empty; merged in
+// double here: out = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m), lse = m + log(sum).
+void verify_update(std::vector<verify::Record>& out) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [P, R, Dv] : {std::tuple<int64_t, int64_t, int64_t>{3, 37, 80}, {1, 5, 512}, {8, 130, 16}}) {
+      testing::Rng rng(uint64_t(P * R * Dv));
+      std::vector<float> outs(size_t(P * R * Dv)), lses(size_t(P * R)), lse(size_t(R), NAN);
+      for (auto& x : outs) x = rng.uniform(-3, 3);
+      for (int64_t i = 0; i < P * R; ++i) lses[size_t(i)] = rng.below(4) == 0 ? -INFINITY : rng.uniform(-20, 20);
+      for (int64_t i = 0; i < P; ++i) lses[size_t(i * R)] = -INFINITY;  // row 0: nothing attended
+      for (int64_t i = 0; i < P * R; ++i)
+        if (lses[size_t(i)] == -INFINITY)
+          for (int64_t x = 0; x < Dv; ++x) outs[size_t(i * Dv + x)] = NAN;
+      std::vector<float> of(size_t(R * Dv), NAN);
+      std::vector<uint16_t> ob(size_t(R * Dv), 0x7fc0);  // bf16 NaN
+      void* o = dt == DType::kF32 ? static_cast<void*>(of.data()) : static_cast<void*>(ob.data());
+      const Status st = attention_update({.outs = make_view(outs.data(), DType::kF32, {P, R, Dv}),
+                                          .lses = make_view(lses.data(), DType::kF32, {P, R}),
+                                          .out = make_view(o, dt, {R, Dv}), .lse = make_view(lse.data(), DType::kF32, {R})});
+      std::vector<double> got, ref;
+      for (int64_t r = 0; r < R; ++r) {
+        double m = -INFINITY;
+        for (int64_t i = 0; i < P; ++i) m = std::max(m, double(lses[size_t(i * R + r)]));
+        double sum = 0;
+        std::vector<double> acc(size_t(Dv), 0.0);
+        for (int64_t i = 0; i < P && m > -INFINITY; ++i) {
+          const double l = lses[size_t(i * R + r)];
+          if (l == -INFINITY) continue;
+          const double w = std::exp(l - m);
+          sum += w;
+          for (int64_t x = 0; x < Dv; ++x) acc[size_t(x)] += w * outs[size_t((i * R + r) * Dv + x)];
+        }
+        for (int64_t x = 0; x < Dv; ++x) {
+          got.push_back(dt == DType::kF32 ? double(of[size_t(r * Dv + x)]) : double(bf16_to_f32(ob[size_t(r * Dv + x)])));
+          ref.push_back(sum > 0 ? acc[size_t(x)] / sum : 0.0);
+        }
+        got.push_back(lse[size_t(r)]), ref.push_back(sum > 0 ? m + std::log(sum) : -INFINITY);
+      }
+      const double eps = dt == DType::kF32 ? 4 * testing::kEpsF32 : testing::kEpsBF16;
+      const std::string cs = std::string(dtype_name(dt)) + " P=" + std::to_string(P) + " R=" + std::to_string(R) + " Dv=" +
+                             std::to_string(Dv) + " (-inf partials, an empty row)";
+      out.push_back(verify::make_record("attention_update", "generic", cs, st, testing::compare(got, ref, {3 * eps, eps})));
+    }
+}
+
 OPTX_REGISTER_VERIFY("flash_attention", verify_flash);
+OPTX_REGISTER_VERIFY("attention_update", verify_update);
 OPTX_REGISTER_VERIFY("paged_decode_attention|mla_decode_attention", verify_decode);
 
 }  // namespace
