@@ -136,6 +136,7 @@ struct MoeForwardParams {
   int64_t top_k = 6;
   MoeScore score = MoeScore::kSoftmax;
   int64_t n_group = 1, topk_group = 1;
+  MoeGroupScore group_score = MoeGroupScore::kMax;  // DeepSeek-V3: kTop2Sum
   bool renormalize = false;
   float routed_scaling_factor = 1.0f;
   const PackedWeights* gate_up = nullptr;  // E matrices [2I, H]

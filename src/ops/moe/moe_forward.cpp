@@ -127,7 +127,8 @@ Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(moe_gating_topk({.logits = make_view(at(l.logits), DType::kF32, {T, E}), .bias = p.bias,
                                         .topk_ids = make_view(at(l.ids), DType::kI32, {T, k}),
                                         .topk_weights = make_view(at(l.wts), DType::kF32, {T, k}), .score = p.score,
-                                        .n_group = p.n_group, .topk_group = p.topk_group, .renormalize = p.renormalize,
+                                        .n_group = p.n_group, .topk_group = p.topk_group, .group_score = p.group_score,
+                                        .renormalize = p.renormalize,
                                         .routed_scaling_factor = p.routed_scaling_factor}));
   OPTX_RETURN_IF_ERROR(moe_init_routing({.x = p.x, .topk_ids = make_view(at(l.ids), DType::kI32, {T, k}), .num_experts = E,
                                          .sorted_rows = make_view(at(l.sorted), dt, {N, H}),

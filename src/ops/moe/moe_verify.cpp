@@ -1,8 +1,12 @@
 // `optx verify` cases for the MoE family: routers of DeepSeek V2 / V3 / V4 kinds against
-// the independent reference (exact ids, weights to 1e-5), and grouped GEMM (+ SwiGLU)
-// under both schedules against per-expert double-precision products.
+// the independent reference (exact ids, weights to 1e-5); routing (plain and int8 rows,
+// expert ranges), expert offsets and finalize against plain loops; grouped GEMM (+ SwiGLU)
+// under both schedules against per-expert double-precision products; whole moe_forward
+// layers against a double evaluation of the same model.
+#include <cstring>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "ops/moe/moe_testutil.h"
 #include "testing/compare.h"
@@ -141,6 +145,257 @@ void verify_grouped(std::vector<verify::Record>& out) {
 }
 
 OPTX_REGISTER_VERIFY("grouped_matmul", verify_grouped);
+
+// moe_init_routing: T = 100 tokens, top-6 of 64 experts, H = 72 (not a multiple of 16),
+// all experts or the range [16, 40) (expert parallelism). The stable (token, k) order per
+// expert is rebuilt here; row_map, inverse (-1 when dropped), counts, offsets and the rows
+// must match exactly (int8 rows: within 1 LSB, scale = max|row| / 127), and rows past the
+// kept count keep their NaN / sentinel.
+void verify_routing(std::vector<verify::Record>& out) {
+  const int64_t T = 100, k = 6, E = 64, H = 72, N = T * k;
+  testing::Rng rng(31);
+  std::vector<float> xf(static_cast<size_t>(T * H));
+  for (auto& v : xf) v = rng.uniform(-2, 2);
+  for (int64_t h = 0; h < H; ++h) xf[size_t(5 * H + h)] = 0.0f;  // an all-zero token: int8 scale 0
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+  std::vector<int32_t> ids(static_cast<size_t>(N));
+  for (int64_t t = 0; t < T; ++t) {  // k distinct experts per token, skewed to the low ids
+    std::vector<int32_t> pick;
+    while (int64_t(pick.size()) < k) {
+      const int32_t e = int32_t(rng.below(rng.below(2) ? 16 : E));
+      if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+    }
+    std::copy(pick.begin(), pick.end(), ids.begin() + t * k);
+  }
+  for (DType in : {DType::kF32, DType::kBF16})
+    for (bool i8 : {false, true})
+      for (auto [e0, e1] : {std::pair<int64_t, int64_t>{0, E}, {16, 40}}) {
+        const DType od = i8 ? DType::kI8 : in;
+        std::vector<uint8_t> rows(size_t(N * H) * dtype_size(od), 0xff);  // f32 / bf16 NaN, int8 -1
+        std::vector<float> scales(static_cast<size_t>(N), NAN);
+        std::vector<int32_t> row_map(static_cast<size_t>(N), -2), inverse(static_cast<size_t>(N), -2);
+        std::vector<int64_t> counts(static_cast<size_t>(E), -2), offsets(static_cast<size_t>(E), -2);
+        void* x = in == DType::kF32 ? static_cast<void*>(xf.data()) : static_cast<void*>(xb.data());
+        const Status st = moe_init_routing({.x = make_view(x, in, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                                            .num_experts = E, .expert_begin = e0, .expert_end = e1,
+                                            .sorted_rows = make_view(rows.data(), od, {N, H}),
+                                            .row_scales = i8 ? make_view(scales.data(), DType::kF32, {N}) : TensorView{},
+                                            .row_map = make_view(row_map.data(), DType::kI32, {N}),
+                                            .inverse = make_view(inverse.data(), DType::kI32, {N}),
+                                            .counts = make_view(counts.data(), DType::kI64, {E}),
+                                            .offsets = make_view(offsets.data(), DType::kI64, {E})});
+        auto xv = [&](int64_t t, int64_t h) {
+          return in == DType::kF32 ? double(xf[size_t(t * H + h)]) : double(bf16_to_f32(xb[size_t(t * H + h)]));
+        };
+        auto got_row = [&](int64_t pos, int64_t h) {
+          const size_t i = size_t(pos * H + h);
+          if (od == DType::kF32) {
+            float v;
+            std::memcpy(&v, rows.data() + 4 * i, 4);
+            return double(v);
+          }
+          if (od == DType::kBF16) return double(bf16_to_f32(reinterpret_cast<const uint16_t*>(rows.data())[i]));
+          return double(int8_t(rows[i])) * scales[size_t(pos)];
+        };
+        std::vector<double> got, ref, extra;
+        auto exact = [&](double g, double r) { got.push_back(g), ref.push_back(r), extra.push_back(0); };
+        std::vector<int32_t> inv_ref(static_cast<size_t>(N), -1);
+        int64_t pos = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          const bool kept = e >= e0 && e < e1;
+          const int64_t start = pos;
+          for (int64_t i = 0; i < N && kept; ++i)
+            if (ids[size_t(i)] == e) {
+              const int64_t t = i / k;
+              double amax = 0;
+              for (int64_t h = 0; h < H; ++h) amax = std::max(amax, std::fabs(xv(t, h)));
+              exact(row_map[size_t(pos)], double(i));
+              for (int64_t h = 0; h < H; ++h) got.push_back(got_row(pos, h)), ref.push_back(xv(t, h)), extra.push_back(i8 ? amax / 127 : 0);
+              if (i8) got.push_back(scales[size_t(pos)]), ref.push_back(amax / 127), extra.push_back(amax / 127 * 1e-6);
+              inv_ref[size_t(i)] = int32_t(pos++);
+            }
+          exact(double(counts[size_t(e)]), double(pos - start));
+          exact(double(offsets[size_t(e)]), double(pos));
+        }
+        for (int64_t i = 0; i < N; ++i) exact(inverse[size_t(i)], inv_ref[size_t(i)]);
+        double touched = 0;  // rows past the kept count: still all 0xff
+        for (size_t b = size_t(pos * H) * dtype_size(od); b < rows.size(); ++b) touched += rows[b] != 0xff;
+        exact(touched, 0);
+        const std::string cs = std::string("x=") + dtype_name(in) + " rows=" + dtype_name(od) + " T=100 k=6 E=64 H=72 experts=[" +
+                               std::to_string(e0) + "," + std::to_string(e1) + ")";
+        out.push_back(verify::make_record("moe_init_routing", "generic", cs, st, testing::compare(got, ref, {0, 0}, &extra)));
+      }
+  // moe_compute_expert_tokens: ascending ids with empty experts (and none past 50).
+  std::vector<int32_t> sorted;
+  for (int32_t e = 0; e < 50; ++e)
+    for (int64_t n = int64_t(rng.below(4)) * (e % 7 != 3); n > 0; --n) sorted.push_back(e);
+  std::vector<int64_t> offs(static_cast<size_t>(E), -1);
+  const Status st = moe_compute_expert_tokens(make_view(sorted.data(), DType::kI32, {int64_t(sorted.size())}),
+                                              make_view(offs.data(), DType::kI64, {E}));
+  std::vector<double> got(offs.begin(), offs.end()), ref;
+  for (int32_t e = 0; e < E; ++e) ref.push_back(double(std::count_if(sorted.begin(), sorted.end(), [&](int32_t v) { return v <= e; })));
+  out.push_back(verify::make_record("moe_compute_expert_tokens", "generic",
+                                    "N=" + std::to_string(sorted.size()) + " E=64 (empty experts, none past 50)", st,
+                                    testing::compare(got, ref, {0, 0})));
+}
+
+OPTX_REGISTER_VERIFY("moe_init_routing|moe_compute_expert_tokens", verify_routing);
+
+// moe_finalize_routing: out[t] = sum_k w[t,k] y[inverse[t,k]] (+ shared) (+ residual),
+// dropped (t, k) skipped; f32 and bf16, each optional term present or absent.
+void verify_finalize(std::vector<verify::Record>& out) {
+  const int64_t T = 37, k = 6, H = 72, R = T * k;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [with_shared, with_res] : {std::pair{true, true}, {false, true}, {true, false}, {false, false}}) {
+      testing::Rng rng(uint64_t(41 + with_shared + 2 * with_res));
+      auto vals = [&](int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (auto& x : v) x = dt == DType::kBF16 ? bf16_to_f32(f32_to_bf16(rng.uniform(-2, 2))) : rng.uniform(-2, 2);
+        return v;
+      };
+      std::vector<float> y = vals(R * H), sh = vals(T * H), res = vals(T * H), w = vals(T * k);
+      std::vector<int32_t> inv(static_cast<size_t>(R));
+      std::iota(inv.begin(), inv.end(), 0);
+      for (int64_t i = R - 1; i > 0; --i) std::swap(inv[size_t(i)], inv[size_t(rng.below(i + 1))]);
+      for (int64_t i = 0; i < R; i += 5) inv[size_t(i)] = -1;  // dropped (expert outside this rank's range)
+      std::vector<uint16_t> yb, shb, resb;
+      auto view = [&](std::vector<float>& v, std::vector<uint16_t>& b, int64_t rows) {
+        if (dt == DType::kF32) return make_view(v.data(), dt, {rows, H});
+        b.resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+        return make_view(b.data(), dt, {rows, H});
+      };
+      std::vector<float> of(static_cast<size_t>(T * H), NAN);
+      std::vector<uint16_t> ob(static_cast<size_t>(T * H), 0x7fc0);
+      const Status st = moe_finalize_routing(
+          {.y = view(y, yb, R), .inverse = make_view(inv.data(), DType::kI32, {R}), .weights = make_view(w.data(), DType::kF32, {T, k}),
+           .shared = with_shared ? view(sh, shb, T) : TensorView{}, .residual = with_res ? view(res, resb, T) : TensorView{},
+           .out = dt == DType::kF32 ? make_view(of.data(), dt, {T, H}) : make_view(ob.data(), dt, {T, H})});
+      std::vector<double> got, ref, extra;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          double want = (with_shared ? sh[size_t(t * H + h)] : 0.0) + (with_res ? res[size_t(t * H + h)] : 0.0), mag = std::fabs(want);
+          for (int64_t j = 0; j < k; ++j)
+            if (const int32_t r = inv[size_t(t * k + j)]; r >= 0) {
+              want += double(w[size_t(t * k + j)]) * y[size_t(r * H + h)];
+              mag += std::fabs(double(w[size_t(t * k + j)]) * y[size_t(r * H + h)]);
+            }
+          got.push_back(dt == DType::kF32 ? double(of[size_t(t * H + h)]) : double(bf16_to_f32(ob[size_t(t * H + h)])));
+          ref.push_back(want);
+          // f32 sums of <= 8 terms, then one rounding to the output type.
+          extra.push_back(8 * testing::kEpsF32 * mag + (dt == DType::kBF16 ? testing::kEpsBF16 * std::fabs(want) : 0.0));
+        }
+      const std::string cs = std::string(dtype_name(dt)) + " T=37 k=6 H=72 shared=" + (with_shared ? "1" : "0") +
+                             " residual=" + (with_res ? "1" : "0") + " (every 5th row dropped)";
+      out.push_back(verify::make_record("moe_finalize_routing", "generic", cs, st, testing::compare(got, ref, {0, 0}, &extra)));
+    }
+}
+
+OPTX_REGISTER_VERIFY("moe_finalize_routing", verify_finalize);
+
+// moe_forward: whole layers (router, gating, routing, grouped gate/up + SwiGLU, grouped
+// down, shared experts, finalize) against a double evaluation of the same model from the
+// same stored values, for a DeepSeek-V2 style router (softmax, top-6 of 16) and a V3 style
+// one (sigmoid + selection bias, 4 groups of which 2 by top-2 sums, top-4, renormalised,
+// scaled by 2.5). H = 40 is not a multiple of 16; I = 24 runs SwiGLU through the buffer,
+// I = 64 in the GEMM epilogue. T = 1 takes the split schedule, T = 7 and 128 the queue.
+// bf16 rounds h and each expert's output rows to bf16 (as any bf16 pipeline does): the
+// bound is 2x the error of that rounding, evaluated here, plus 2 bf16 ulps.
+void verify_forward(std::vector<verify::Record>& out) {
+  const int64_t H = 40, E = 16;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (bool v3 : {false, true})
+      for (auto [T, I] : {std::pair<int64_t, int64_t>{1, 64}, {7, 24}, {128, 64}}) {
+        const int64_t k = v3 ? 4 : 6, Is = 2 * I;
+        testing::Rng rng(uint64_t(T * I + v3));
+        auto rnd = [&](size_t n, float a) {
+          std::vector<float> v(n);
+          for (auto& x : v) x = rng.uniform(-a, a);
+          if (dt == DType::kBF16)
+            for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+          return v;
+        };
+        std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.3f),
+                           dn = rnd(size_t(E * H * I), 0.3f), sgu = rnd(size_t(2 * Is * H), 0.3f), sdn = rnd(size_t(H * Is), 0.3f),
+                           bias = rnd(size_t(E), 0.1f);
+        std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
+        auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
+          if (dt == DType::kF32) return v.data();
+          b.resize(v.size());
+          for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+          return b.data();
+        };
+        PackedWeights Wgu, Wdn, Wsgu, Wsdn;
+        Status st = pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu);
+        if (st.ok()) st = pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn);
+        if (st.ok()) st = pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu);
+        if (st.ok()) st = pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn);
+        std::vector<float> outf(static_cast<size_t>(T * H), NAN);
+        std::vector<uint16_t> outb(static_cast<size_t>(T * H), 0x7fc0);
+        MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = k,
+                           .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Wsgu, .shared_down = &Wsdn,
+                           .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
+        if (v3) {
+          p.bias = make_view(bias.data(), DType::kF32, {E});
+          p.score = MoeScore::kSigmoid, p.n_group = 4, p.topk_group = 2, p.group_score = MoeGroupScore::kTop2Sum;
+          p.renormalize = true, p.routed_scaling_factor = 2.5f;
+        }
+        std::vector<uint8_t> ws(moe_forward_workspace_size(p));
+        if (st.ok()) st = moe_forward(p, {ws.data(), ws.size()});
+        const bool bf = dt == DType::kBF16;
+        auto rnd16 = [&](double v) { return bf ? double(bf16_to_f32(f32_to_bf16(float(v)))) : v; };
+        std::vector<double> got, ref, extra;
+        for (int64_t t = 0; t < T; ++t) {
+          std::vector<double> logits(static_cast<size_t>(E)), b(bias.begin(), bias.end());
+          for (int64_t e = 0; e < E; ++e)
+            for (int64_t h = 0; h < H; ++h) logits[size_t(e)] += double(x[size_t(t * H + h)]) * router[size_t(e * H + h)];
+          MoeGatingParams gp{.score = p.score, .n_group = p.n_group, .topk_group = p.topk_group, .group_score = p.group_score,
+                             .renormalize = p.renormalize, .routed_scaling_factor = p.routed_scaling_factor};
+          std::vector<int> ids;
+          std::vector<double> w;
+          moe_testutil::gating_ref(logits, v3 ? b : std::vector<double>{}, gp, k, ids, w);
+          std::vector<double> o(static_cast<size_t>(H), 0.0), on(static_cast<size_t>(H), 0.0);  // exact, naive bf16
+          auto mlp = [&](const std::vector<float>& gup, int64_t goff, const std::vector<float>& dwn, int64_t doff, int64_t II, double scale) {
+            std::vector<double> hh(static_cast<size_t>(II));
+            for (int64_t i = 0; i < II; ++i) {
+              double g = 0, u = 0;
+              for (int64_t h = 0; h < H; ++h) {
+                g += double(x[size_t(t * H + h)]) * gup[size_t(goff + i * H + h)];
+                u += double(x[size_t(t * H + h)]) * gup[size_t(goff + (II + i) * H + h)];
+              }
+              hh[size_t(i)] = moe_testutil::silu(g) * u;
+            }
+            for (int64_t h = 0; h < H; ++h) {
+              double s = 0, sn = 0;
+              for (int64_t i = 0; i < II; ++i) {
+                s += hh[size_t(i)] * dwn[size_t(doff + h * II + i)];
+                sn += rnd16(hh[size_t(i)]) * dwn[size_t(doff + h * II + i)];
+              }
+              o[size_t(h)] += scale * s;
+              on[size_t(h)] += scale * rnd16(sn);
+            }
+          };
+          for (int64_t j = 0; j < k; ++j) mlp(gu, ids[size_t(j)] * 2 * I * H, dn, ids[size_t(j)] * H * I, I, w[size_t(j)]);
+          mlp(sgu, 0, sdn, 0, Is, 1.0);
+          double mx = 0;
+          for (double v : o) mx = std::max(mx, std::fabs(v));
+          for (int64_t h = 0; h < H; ++h) {
+            ref.push_back(o[size_t(h)]);
+            got.push_back(bf ? double(bf16_to_f32(outb[size_t(t * H + h)])) : double(outf[size_t(t * H + h)]));
+            const double naive = rnd16(on[size_t(h)]);
+            extra.push_back(bf ? 2 * std::fabs(naive - o[size_t(h)]) + 2 * testing::kEpsBF16 * (std::fabs(o[size_t(h)]) + 0.05 * mx)
+                               : 1e-5 * (std::fabs(o[size_t(h)]) + mx));
+          }
+        }
+        const std::string cs = std::string(dtype_name(dt)) + " T=" + std::to_string(T) + " H=40 E=16 I=" + std::to_string(I) +
+                               " shared=" + std::to_string(Is) +
+                               (v3 ? " k=4 sigmoid+bias groups=4/2 top2 renorm scale=2.5" : " k=6 softmax");
+        out.push_back(verify::make_record("moe_forward", selected_impl("gemm"), cs, st, testing::compare(got, ref, {0, 0}, &extra)));
+      }
+}
+
+OPTX_REGISTER_VERIFY("moe_forward", verify_forward);
 
 }  // namespace
 }  // namespace optx
