@@ -344,5 +344,38 @@ TEST(GemmDispatch, SelectedRespectsMaxIsa) {
   EXPECT_TRUE(out.cmp.pass) << out.cmp.message;
 }
 
+// OPTX_IMPL (read at every selection) forces an implementation through the public entry
+// point; one the CPU cannot run under the cap, or a name the op does not have, is an
+// error naming it, never a silent fallback. The list ends with the reference.
+TEST(GemmDispatch, OptxImplForcesAnImplementation) {
+  EXPECT_EQ(std::string(registry().all().back().name), "reference");
+  const char* prev = std::getenv("OPTX_IMPL");
+  const std::string saved = prev ? prev : "";
+  std::vector<float> a(3 * 5, 1.0f), b(2 * 5, 2.0f), c(3 * 2, NAN);
+  const GemmParams p{.a = make_view(a.data(), DType::kF32, {3, 5}), .b = make_view(b.data(), DType::kF32, {2, 5}),
+                     .c = make_view(c.data(), DType::kF32, {3, 2})};
+  std::vector<uint8_t> ws(gemm_workspace_size(p));
+  for (const auto* impl : registry().runnable()) {
+    setenv("OPTX_IMPL", (std::string("rope=scalar,gemm=") + impl->name).c_str(), 1);
+    EXPECT_EQ(selected_impl("gemm"), impl->name);
+    std::fill(c.begin(), c.end(), NAN);
+    ASSERT_TRUE(gemm(p, {ws.data(), ws.size()}).ok()) << impl->name;
+    for (float v : c) EXPECT_EQ(v, 10.0f) << impl->name;
+  }
+  setenv("OPTX_IMPL", "gemm=no_such_kernel", 1);
+  Status st = gemm(p, {ws.data(), ws.size()});
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("OPTX_IMPL names 'no_such_kernel'"), std::string::npos) << st.message();
+  for (const auto& impl : registry().all())
+    if (impl.isa > active_isa()) {  // only under an OPTX_MAX_ISA cap or on an older CPU
+      setenv("OPTX_IMPL", (std::string("gemm=") + impl.name).c_str(), 1);
+      st = gemm(p, {ws.data(), ws.size()});
+      EXPECT_EQ(st.code(), StatusCode::kUnsupported) << impl.name;
+      EXPECT_NE(st.message().find("needs ISA"), std::string::npos) << st.message();
+    }
+  if (prev) setenv("OPTX_IMPL", saved.c_str(), 1);
+  else unsetenv("OPTX_IMPL");
+}
+
 }  // namespace
 }  // namespace optx::gemm_detail
