@@ -22,7 +22,8 @@ std::vector<Case> edge_cases() {
       {DType::kF32, DType::kF32, DType::kF32},   {DType::kF32, DType::kF32, DType::kBF16},
       {DType::kBF16, DType::kBF16, DType::kF32}, {DType::kBF16, DType::kBF16, DType::kBF16},
       {DType::kF32, DType::kBF16, DType::kF32},  {DType::kF32, DType::kI8, DType::kF32},
-      {DType::kBF16, DType::kI8, DType::kBF16},
+      {DType::kBF16, DType::kI8, DType::kBF16},  {DType::kF32, DType::kI8, DType::kBF16},
+      {DType::kBF16, DType::kI8, DType::kF32},   {DType::kF32, DType::kBF16, DType::kBF16},
   };
   const int64_t dims[] = {1, 7, 17, 113};
   for (const auto& t : combos)
