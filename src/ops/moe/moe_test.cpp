@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "ops/moe/moe_testutil.h"
 #include "testing/compare.h"
@@ -461,95 +463,155 @@ TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
     }
 }
 
+// One moe_forward layer configuration: shapes, router options, and how the router is passed.
+struct LayerCase {
+  DType dt = DType::kF32;
+  int64_t T = 7, H = 48, E = 8, k = 3, I = 24, Is = 32;
+  MoeScore score = MoeScore::kSoftmax;
+  int64_t n_group = 1, topk_group = 1;
+  bool bias = false, renorm = true;
+  float scaling = 1.0f;
+  int64_t hot_expert = -1;  // >= 0: a bias that makes every token pick this expert first
+  bool packed_router = false;
+  std::string name() const {
+    std::ostringstream os;
+    os << dtype_name(dt) << " T=" << T << " H=" << H << " E=" << E << " k=" << k << " I=" << I << " Is=" << Is
+       << " score=" << int(score) << " groups=" << n_group << "/" << topk_group << " bias=" << bias << " renorm=" << renorm
+       << " scaling=" << scaling << " hot=" << hot_expert << " packed_router=" << packed_router;
+    return os.str();
+  }
+};
+
+// Runs moe_forward on random weights (rounded to the case's dtype first, so the reference
+// sees the values the op sees) and compares every output row with moe_layer_ref. The
+// output starts as NaN, so a row the op never writes fails the comparison.
+void check_moe_forward(const LayerCase& c, uint64_t seed) {
+  SCOPED_TRACE(c.name());
+  const DType dt = c.dt;
+  const int64_t T = c.T, H = c.H, E = c.E, I = c.I, Is = c.Is;
+  testing::Rng rng{seed};
+  auto rnd = [&](size_t n, float a) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = rng.uniform(-a, a);
+    if (dt == DType::kBF16)
+      for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  };
+  std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.2f),
+                     dn = rnd(size_t(E * H * I), 0.2f), sgu = rnd(size_t(2 * Is * H), 0.2f), sdn = rnd(size_t(H * Is), 0.2f);
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (auto& b : bias) b = rng.uniform(-0.1f, 0.1f);
+  // Scores are at most ~1 for every scoring at these logits (|logit| < 5), so +10 wins.
+  if (c.hot_expert >= 0) bias[size_t(c.hot_expert)] = 10.0f;
+  const bool use_bias = c.bias || c.hot_expert >= 0;
+  auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
+    if (dt == DType::kF32) return v.data();
+    b.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
+    return b.data();
+  };
+  std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
+  PackedWeights Wgu, Wdn, Wsgu, Wsdn;
+  ASSERT_TRUE(pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn).ok());
+  if (Is > 0) {
+    ASSERT_TRUE(pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu).ok());
+    ASSERT_TRUE(pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn).ok());
+  }
+  std::vector<float> outf(static_cast<size_t>(T * H), NAN);
+  std::vector<uint16_t> outb(static_cast<size_t>(T * H), 0x7fc0);  // bf16 NaN
+  MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}),
+                     .bias = use_bias ? make_view(bias.data(), DType::kF32, {E}) : TensorView{}, .top_k = c.k, .score = c.score,
+                     .n_group = c.n_group, .topk_group = c.topk_group, .renormalize = c.renorm,
+                     .routed_scaling_factor = c.scaling, .gate_up = &Wgu, .down = &Wdn,
+                     .shared_gate_up = Is > 0 ? &Wsgu : nullptr, .shared_down = Is > 0 ? &Wsdn : nullptr,
+                     .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
+  PackedWeights Wr;
+  if (c.packed_router) {
+    ASSERT_TRUE(pack_weights({.w = p.router}, &Wr).ok());
+    p.router = {};
+    p.packed_router = &Wr[0];
+  }
+  std::vector<uint8_t> ws(moe_forward_workspace_size(p));
+  {
+    const Status st = moe_forward(p, {ws.data(), ws.size()});
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  moe_testutil::MoeLayerRef m{.H = H, .E = E, .k = c.k, .I = I, .Is = Is, .router = router.data(),
+                              .bias = use_bias ? bias.data() : nullptr, .gate_up = gu.data(), .down = dn.data(),
+                              .shared_gate_up = Is > 0 ? sgu.data() : nullptr, .shared_down = Is > 0 ? sdn.data() : nullptr};
+  m.gating.score = c.score, m.gating.n_group = c.n_group, m.gating.topk_group = c.topk_group;
+  m.gating.renormalize = c.renorm, m.gating.routed_scaling_factor = c.scaling;
+  std::vector<double> got, ref(static_cast<size_t>(T * H)), xd(static_cast<size_t>(H));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) xd[size_t(h)] = x[size_t(t * H + h)];
+    moe_testutil::moe_layer_ref(m, xd.data(), ref.data() + t * H);
+    for (int64_t h = 0; h < H; ++h) got.push_back(dt == DType::kF32 ? outf[size_t(t * H + h)] : bf16_to_f32(outb[size_t(t * H + h)]));
+  }
+  double mx = 0;
+  for (double r : ref) mx = std::max(mx, std::fabs(r));
+  // bf16 rounds the intermediate h and y rows (as any bf16 pipeline does).
+  const testing::Tolerance tol = dt == DType::kF32 ? testing::Tolerance{1e-4 * mx, 1e-4} : testing::Tolerance{2e-2 * mx, 2e-2};
+  const auto cmp = testing::compare(got, ref, tol);
+  EXPECT_TRUE(cmp.pass) << cmp.message;
+}
+
 // The whole layer against a double-precision evaluation of the same model. I = 24 puts
 // SwiGLU through the buffered path, I = 64 (shared 128) into the GEMM epilogue; the router
 // goes unpacked, or packed once for odd T. Two threads: at T >= 7 the routed and shared
-// experts share one queue, at T = 1 the split schedule runs.
+// experts share one queue, at T = 1 the split schedule runs. H = 40 and 56 are not
+// multiples of 16 (a vector tail in every GEMM row and in finalize).
 TEST(MoeForward, MatchesDoubleCompositionOnSelectedIsa) {
   set_num_threads(2);
   for (DType dt : {DType::kF32, DType::kBF16})
     for (int64_t I : {24, 64})
-    for (int64_t T : {0, 1, 7, 40, 1000}) {
-      const int64_t H = 48, E = 8, k = 3, Is = I == 24 ? 32 : 128;
-      testing::Rng rng{uint64_t(T)};
-      auto rnd = [&](size_t n, float a) {
-        std::vector<float> v(n);
-        for (auto& x : v) x = rng.uniform(-a, a);
-        if (dt == DType::kBF16)
-          for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
-        return v;
-      };
-      std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.2f),
-                         dn = rnd(size_t(E * H * I), 0.2f), sgu = rnd(size_t(2 * Is * H), 0.2f), sdn = rnd(size_t(H * Is), 0.2f);
-      auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
-        if (dt == DType::kF32) return v.data();
-        b.resize(v.size());
-        for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-        return b.data();
-      };
-      std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
-      PackedWeights Wgu, Wdn, Wsgu, Wsdn;
-      ASSERT_TRUE(pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu).ok());
-      ASSERT_TRUE(pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn).ok());
-      ASSERT_TRUE(pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu).ok());
-      ASSERT_TRUE(pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn).ok());
-      std::vector<float> outf(static_cast<size_t>(T * H));
-      std::vector<uint16_t> outb(static_cast<size_t>(T * H));
-      MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = k,
-                         .renormalize = true, .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Wsgu, .shared_down = &Wsdn,
-                         .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
-      PackedWeights Wr;
-      if (T % 2) {
-        ASSERT_TRUE(pack_weights({.w = p.router}, &Wr).ok());
-        p.router = {};
-        p.packed_router = &Wr[0];
+      for (int64_t T : {0, 1, 7, 40, 128, 1000}) {
+        LayerCase c;
+        c.dt = dt, c.T = T, c.I = I, c.Is = I == 24 ? 32 : 128, c.packed_router = T % 2;
+        c.H = T == 128 ? 40 : T == 7 ? 56 : 48;
+        check_moe_forward(c, uint64_t(T));
       }
-      std::vector<uint8_t> ws(moe_forward_workspace_size(p));
-      {
-        const Status st = moe_forward(p, {ws.data(), ws.size()});
-        ASSERT_TRUE(st.ok()) << st.message();
-      }
-      std::vector<double> got, ref;
-      for (int64_t t = 0; t < T; ++t) {
-        std::vector<double> logits(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e)
-          for (int64_t h = 0; h < H; ++h) logits[size_t(e)] += double(x[size_t(t * H + h)]) * router[size_t(e * H + h)];
-        std::vector<int> ids;
-        std::vector<double> w;
-        MoeGatingParams gp;
-        gp.renormalize = true;
-        gating_ref(logits, {}, gp, k, ids, w);
-        std::vector<double> o(size_t(H), 0.0);
-        auto mlp = [&](const std::vector<float>& gup, int64_t goff, const std::vector<float>& dwn, int64_t doff, int64_t II, double scale) {
-          std::vector<double> hh(static_cast<size_t>(II));
-          for (int64_t i = 0; i < II; ++i) {
-            double g = 0, u = 0;
-            for (int64_t h = 0; h < H; ++h) {
-              g += double(x[size_t(t * H + h)]) * gup[size_t(goff + i * H + h)];
-              u += double(x[size_t(t * H + h)]) * gup[size_t(goff + (II + i) * H + h)];
-            }
-            hh[size_t(i)] = moe_testutil::silu(g) * u;
-          }
-          for (int64_t h = 0; h < H; ++h) {
-            double s = 0;
-            for (int64_t i = 0; i < II; ++i) s += hh[size_t(i)] * dwn[size_t(doff + h * II + i)];
-            o[size_t(h)] += scale * s;
-          }
-        };
-        for (int64_t j = 0; j < k; ++j) mlp(gu, ids[size_t(j)] * 2 * I * H, dn, ids[size_t(j)] * H * I, I, w[size_t(j)]);
-        mlp(sgu, 0, sdn, 0, Is, 1.0);
-        for (int64_t h = 0; h < H; ++h) {
-          ref.push_back(o[size_t(h)]);
-          got.push_back(dt == DType::kF32 ? outf[size_t(t * H + h)] : bf16_to_f32(outb[size_t(t * H + h)]));
-        }
-      }
-      double mx = 0;
-      for (double r : ref) mx = std::max(mx, std::fabs(r));
-      // bf16 rounds the intermediate h and y rows (as any bf16 pipeline does).
-      const testing::Tolerance tol = dt == DType::kF32 ? testing::Tolerance{1e-4 * mx, 1e-4} : testing::Tolerance{2e-2 * mx, 2e-2};
-      const auto c = testing::compare(got, ref, tol);
-      EXPECT_TRUE(c.pass) << dtype_name(dt) << " I=" << I << " T=" << T << ": " << c.message;
+  set_num_threads(0);
+}
+
+// The router options moe_gating_topk takes, through the whole layer: DeepSeek-V2's
+// group-limited softmax with routed_scaling_factor 16 (not renormalised), V3's sigmoid
+// with correction bias, groups, renormalisation and factor 2.5, V4's sqrt-softplus, and a
+// layer without shared experts. The bias steers the choice only, so a reference that
+// weighted by score + bias, or ignored the groups, would disagree.
+TEST(MoeForward, RouterOptionsMatchDoubleCompositionOnSelectedIsa) {
+  set_num_threads(2);
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int64_t T : {1, 7, 128}) {
+      LayerCase v2;  // softmax, 4 groups of 2, keep 2 groups, top-3, x16, no renormalisation
+      v2.dt = dt, v2.T = T, v2.H = 40, v2.n_group = 4, v2.topk_group = 2, v2.renorm = false, v2.scaling = 16.0f;
+      check_moe_forward(v2, 100 + uint64_t(T));
+      LayerCase v3;  // sigmoid + bias, 4 groups of 4, keep 2, top-4, renormalised, x2.5; fused SwiGLU width
+      v3.dt = dt, v3.T = T, v3.E = 16, v3.k = 4, v3.I = 64, v3.Is = 64, v3.score = MoeScore::kSigmoid, v3.n_group = 4,
+      v3.topk_group = 2, v3.bias = true, v3.scaling = 2.5f;
+      check_moe_forward(v3, 200 + uint64_t(T));
+      LayerCase v4;  // sqrt(softplus) + bias, renormalised, x1.5, no shared experts, H = 56
+      v4.dt = dt, v4.T = T, v4.H = 56, v4.score = MoeScore::kSqrtSoftplus, v4.bias = true, v4.scaling = 1.5f, v4.Is = 0;
+      check_moe_forward(v4, 300 + uint64_t(T));
+      LayerCase sig;  // sigmoid without bias or renormalisation: weights are the raw scores
+      sig.dt = dt, sig.T = T, sig.score = MoeScore::kSigmoid, sig.renorm = false, sig.packed_router = true;
+      check_moe_forward(sig, 400 + uint64_t(T));
     }
+  set_num_threads(0);
+}
+
+// Worst skew through the layer: a correction bias sends every token to expert 5 (top-1,
+// weight = its unbiased softmax score), so one group holds all T rows and the other seven
+// are empty; at T = 300 that group is cut into row tiles in the queue.
+TEST(MoeForward, AllTokensOnOneExpertOnSelectedIsa) {
+  for (int threads : {1, 2})
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (int64_t T : {1, 7, 300}) {
+        set_num_threads(threads);
+        LayerCase c;
+        c.dt = dt, c.T = T, c.k = 1, c.hot_expert = 5, c.renorm = false, c.H = 40;
+        check_moe_forward(c, 500 + uint64_t(T));
+      }
   set_num_threads(0);
 }
 

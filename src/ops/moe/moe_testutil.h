@@ -67,4 +67,52 @@ inline void gating_ref(const std::vector<double>& logits, const std::vector<doub
 
 inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
+// One DeepSeek MoE layer, weights as plain row-major float arrays (the exact values the op
+// was given, after any bf16 rounding). shared_gate_up / shared_down may be null.
+struct MoeLayerRef {
+  int64_t H = 0, E = 0, k = 0, I = 0, Is = 0;
+  const float* router = nullptr;          // [E, H]
+  const float* bias = nullptr;            // [E] or null
+  const float* gate_up = nullptr;         // [E, 2I, H]
+  const float* down = nullptr;            // [E, H, I]
+  const float* shared_gate_up = nullptr;  // [2Is, H]
+  const float* shared_down = nullptr;     // [H, Is]
+  MoeGatingParams gating;                 // score, groups, renormalize, routed_scaling_factor
+};
+
+// out[0..H) for one token x[0..H), in double, as the composition of the reference ops:
+// logits = x . router^T -> gating_ref -> sum_j w_j * down_e(silu(gate_e x) * up_e x)
+// + shared MLP. No rounding of the intermediates (a bf16 pipeline rounds h and y; the
+// caller's tolerance covers that).
+inline void moe_layer_ref(const MoeLayerRef& m, const double* x, double* out) {
+  const int64_t H = m.H;
+  std::vector<double> logits(static_cast<size_t>(m.E), 0.0);
+  for (int64_t e = 0; e < m.E; ++e)
+    for (int64_t h = 0; h < H; ++h) logits[size_t(e)] += x[h] * m.router[e * H + h];
+  std::vector<double> bias;
+  if (m.bias) bias.assign(m.bias, m.bias + m.E);
+  std::vector<int> ids;
+  std::vector<double> w;
+  gating_ref(logits, bias, m.gating, m.k, ids, w);
+  for (int64_t h = 0; h < H; ++h) out[h] = 0.0;
+  auto mlp = [&](const float* gu, const float* dn, int64_t II, double scale) {  // gu [2II, H], dn [H, II]
+    std::vector<double> hh(static_cast<size_t>(II));
+    for (int64_t i = 0; i < II; ++i) {
+      double g = 0, u = 0;
+      for (int64_t h = 0; h < H; ++h) g += x[h] * gu[i * H + h], u += x[h] * gu[(II + i) * H + h];
+      hh[size_t(i)] = silu(g) * u;
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      double s = 0;
+      for (int64_t i = 0; i < II; ++i) s += hh[size_t(i)] * dn[h * II + i];
+      out[h] += scale * s;
+    }
+  };
+  for (int64_t j = 0; j < m.k; ++j) {
+    const int64_t e = ids[size_t(j)];
+    mlp(m.gate_up + e * 2 * m.I * H, m.down + e * H * m.I, m.I, w[size_t(j)]);
+  }
+  if (m.shared_gate_up) mlp(m.shared_gate_up, m.shared_down, m.Is, 1.0);
+}
+
 }  // namespace optx::moe_testutil
