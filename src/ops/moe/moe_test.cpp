@@ -33,6 +33,13 @@ TEST(MoeGating, MatchesReference) {
       {MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, false, 1.5f}, // V4-style scoring
       {MoeScore::kSoftmax, 8, 1, 1, 1, MoeGroupScore::kMax, false, false, true, 1.0f},     // top-k then softmax
       {MoeScore::kSoftmax, 16, 8, 1, 1, MoeGroupScore::kMax, false, true, true, 1.0f},
+      // Odd k between the DeepSeek widths (6, 8): the top-k insertion scan with 5 and 7 slots.
+      {MoeScore::kSoftmax, 20, 5, 1, 1, MoeGroupScore::kMax, false, true, false, 1.0f},
+      {MoeScore::kSigmoid, 64, 7, 8, 4, MoeGroupScore::kTop2Sum, true, true, false, 2.5f},
+      {MoeScore::kSqrtSoftplus, 32, 5, 4, 2, MoeGroupScore::kMax, true, false, false, 1.0f},
+      {MoeScore::kSoftmax, 48, 7, 6, 2, MoeGroupScore::kMax, false, false, false, 16.0f},
+      {MoeScore::kSoftmax, 12, 7, 1, 1, MoeGroupScore::kMax, false, false, true, 1.0f},
+      {MoeScore::kSoftmax, 9, 5, 1, 1, MoeGroupScore::kMax, false, true, true, 1.0f},
   };
   for (const GatingCase& c : cases)
     for (int64_t T : {0, 1, 7, 128, 1000}) {
@@ -68,36 +75,37 @@ TEST(MoeGating, MatchesReference) {
 TEST(MoeGating, TopkSoftmaxMatchesReference) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (bool renorm : {false, true})
-      for (bool tks : {false, true}) {
-        const int64_t T = 37, E = 60, k = 4;
-        testing::Rng rng{uint64_t(renorm * 2 + tks)};
-        std::vector<float> logits(static_cast<size_t>(T * E));
-        std::vector<uint16_t> lb(logits.size());
-        for (size_t i = 0; i < logits.size(); ++i) {
-          lb[i] = f32_to_bf16(rng.uniform(-4, 4));
-          logits[i] = bf16_to_f32(lb[i]);  // the same values in either dtype
-        }
-        std::vector<int32_t> ids(size_t(T * k), -7);
-        std::vector<float> w(size_t(T * k), NAN);
-        const MoeGatingSoftmaxParams p{
-            .logits = make_view(dt == DType::kF32 ? static_cast<void*>(logits.data()) : lb.data(), dt, {T, E}),
-            .topk_ids = make_view(ids.data(), DType::kI32, {T, k}), .topk_weights = make_view(w.data(), DType::kF32, {T, k}),
-            .renormalize = renorm, .topk_then_softmax = tks};
-        ASSERT_TRUE(moe_gating_topk_softmax(p).ok());
-        MoeGatingParams rp;
-        rp.renormalize = renorm;
-        rp.topk_then_softmax = tks;
-        for (int64_t t = 0; t < T; ++t) {
-          std::vector<double> l(logits.begin() + t * E, logits.begin() + (t + 1) * E);
-          std::vector<int> rid;
-          std::vector<double> rw;
-          gating_ref(l, {}, rp, k, rid, rw);
-          for (int64_t j = 0; j < k; ++j) {
-            ASSERT_EQ(ids[size_t(t * k + j)], rid[size_t(j)]) << dtype_name(dt) << " t=" << t << " j=" << j;
-            EXPECT_NEAR(w[size_t(t * k + j)], rw[size_t(j)], 1e-5 * std::max(1.0, rw[size_t(j)]));
+      for (bool tks : {false, true})
+        for (int64_t k : {4, 5, 7}) {  // 5 and 7: odd widths of the top-k insertion scan
+          const int64_t T = 37, E = 60;
+          testing::Rng rng{uint64_t(renorm * 2 + tks)};
+          std::vector<float> logits(static_cast<size_t>(T * E));
+          std::vector<uint16_t> lb(logits.size());
+          for (size_t i = 0; i < logits.size(); ++i) {
+            lb[i] = f32_to_bf16(rng.uniform(-4, 4));
+            logits[i] = bf16_to_f32(lb[i]);  // the same values in either dtype
+          }
+          std::vector<int32_t> ids(size_t(T * k), -7);
+          std::vector<float> w(size_t(T * k), NAN);
+          const MoeGatingSoftmaxParams p{
+              .logits = make_view(dt == DType::kF32 ? static_cast<void*>(logits.data()) : lb.data(), dt, {T, E}),
+              .topk_ids = make_view(ids.data(), DType::kI32, {T, k}), .topk_weights = make_view(w.data(), DType::kF32, {T, k}),
+              .renormalize = renorm, .topk_then_softmax = tks};
+          ASSERT_TRUE(moe_gating_topk_softmax(p).ok());
+          MoeGatingParams rp;
+          rp.renormalize = renorm;
+          rp.topk_then_softmax = tks;
+          for (int64_t t = 0; t < T; ++t) {
+            std::vector<double> l(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+            std::vector<int> rid;
+            std::vector<double> rw;
+            gating_ref(l, {}, rp, k, rid, rw);
+            for (int64_t j = 0; j < k; ++j) {
+              ASSERT_EQ(ids[size_t(t * k + j)], rid[size_t(j)]) << dtype_name(dt) << " k=" << k << " t=" << t << " j=" << j;
+              EXPECT_NEAR(w[size_t(t * k + j)], rw[size_t(j)], 1e-5 * std::max(1.0, rw[size_t(j)]));
+            }
           }
         }
-      }
   std::vector<float> logits(8);
   std::vector<int32_t> ids(9);
   std::vector<float> w(9);
