@@ -170,14 +170,16 @@ TEST(QkvRopeCache, EveryImplementationMatchesReference) {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (auto [hq, hkv, d, rd, style] : {std::tuple{4, 2, 64, 0, RopeStyle::kHalf}, {8, 1, 128, 64, RopeStyle::kInterleaved},
                                            {3, 3, 80, 80, RopeStyle::kInterleavedToHalf}, {6, 2, 96, 32, RopeStyle::kHalf}})
-        for (int64_t T : {0, 1, 7}) {
-          testutil::QkvCase c;
-          c.dtype = dt, c.hq = hq, c.hkv = hkv, c.d = d, c.rotary_dim = rd, c.style = style, c.T = T;
-          c.stream_q = T == 7;
-          const auto o = testutil::run_qkv(*impl, c, uint64_t(d + T));
-          ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
-          EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
-        }
+        for (int64_t T : {0, 1, 7})
+          for (bool pos64 : {false, true}) {  // i32 positions with i64 slots, and the reverse
+            testutil::QkvCase c;
+            c.dtype = dt, c.hq = hq, c.hkv = hkv, c.d = d, c.rotary_dim = rd, c.style = style, c.T = T;
+            c.stream_q = T == 7;
+            c.pos64 = pos64;
+            const auto o = testutil::run_qkv(*impl, c, uint64_t(d + T));
+            ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+            EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+          }
 }
 
 // The unfused first half of an MLA cache write with implementation `impl`, in place on
@@ -302,53 +304,65 @@ TEST(KvRmsNormRopeCache, Int8LatentFusedEqualsUnfused) {
   }
 }
 
+// fused == rope + kv_cache_write with the same implementation, bit for bit, as
+// optx/kv_cache.h promises for either dtype: f32 and bf16 rows, i32 and i64 positions.
 TEST(QkvRopeCache, FusedEqualsUnfusedBitwise) {
   const int64_t T = 5, hq = 8, hkv = 2, d = 128, W = (hq + 2 * hkv) * d, S = 8;
   RopeTable table;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = d, .max_positions = 50}, &table).ok());
-  testing::Rng rng(5);
-  std::vector<uint16_t> qkv(T * W);
-  testing::fill_bf16(qkv.data(), T * W, rng, -2, 2);
-  std::vector<int32_t> pos = {0, 1, 2, 49, 13};
+  const std::vector<int32_t> pos32 = {0, 1, 2, 49, 13};
+  const std::vector<int64_t> pos64(pos32.begin(), pos32.end());
   std::vector<int64_t> slots = {3, -1, 7, 0, 1};
-  for (const auto* fi : qkv_registry().runnable()) {
-    const auto* ri = rope_detail::registry().find(fi->name);
-    const auto* wi = write_registry().find("generic");
-    ASSERT_TRUE(ri && wi);
-    std::vector<uint16_t> k1(S * hkv * d, 0), v1(k1), k2(k1), v2(k1), q1(T * hq * d), tmp(qkv);
-    QkvArgs a;
-    ASSERT_TRUE(to_args(QkvRopeCacheParams{.qkv = make_view(qkv.data(), DType::kBF16, {T, W}), .q_heads = hq, .kv_heads = hkv,
-                                           .head_dim = d, .positions = make_view(pos.data(), DType::kI32, {T}),
-                                           .cos = table.cos(), .sin = table.sin(),
-                                           .slots = make_view(slots.data(), DType::kI64, {T}),
-                                           .k_cache = make_view(k1.data(), DType::kBF16, {S, hkv * d}),
-                                           .v_cache = make_view(v1.data(), DType::kBF16, {S, hkv * d}),
-                                           .q_out = make_view(q1.data(), DType::kBF16, {T, hq, d})},
-                        &a)
-                    .ok());
-    ASSERT_TRUE(fi->fn(a).ok());
-    rope_detail::Args ra;
-    ASSERT_TRUE(rope_detail::to_args(RopeParams{.q = make_view(tmp.data(), DType::kBF16, {T, hq, d}, {W, d, 1}),
-                                                .k = make_view(tmp.data() + hq * d, DType::kBF16, {T, hkv, d}, {W, d, 1}),
-                                                .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(),
-                                                .sin = table.sin()},
-                                     &ra)
-                    .ok());
-    ASSERT_TRUE(ri->fn(ra).ok());
-    WriteArgs wa;
-    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data() + hq * d, DType::kBF16, {T, hkv * d}, {W, 1}),
-                                           .v = make_view(tmp.data() + (hq + hkv) * d, DType::kBF16, {T, hkv * d}, {W, 1}),
-                                           .slots = make_view(slots.data(), DType::kI64, {T}),
-                                           .k_cache = make_view(k2.data(), DType::kBF16, {S, hkv * d}),
-                                           .v_cache = make_view(v2.data(), DType::kBF16, {S, hkv * d})},
-                        &wa)
-                    .ok());
-    ASSERT_TRUE(wi->fn(wa).ok());
-    EXPECT_EQ(k1, k2) << fi->name;
-    EXPECT_EQ(v1, v2) << fi->name;
-    for (int64_t t = 0; t < T; ++t)
-      EXPECT_EQ(std::memcmp(q1.data() + t * hq * d, tmp.data() + t * W, size_t(hq * d) * 2), 0) << fi->name << " q row " << t;
-  }
+  for (DType dt : {DType::kBF16, DType::kF32})
+    for (bool i64 : {false, true})
+      for (const auto* fi : qkv_registry().runnable()) {
+        const std::string what = std::string(fi->name) + " " + dtype_name(dt) + (i64 ? " i64" : " i32") + " positions";
+        const auto* ri = rope_detail::registry().find(fi->name);
+        const auto* wi = write_registry().find("generic");
+        ASSERT_TRUE(ri && wi);
+        testing::Rng rng(5);
+        Typed qkv(dt, size_t(T * W)), tmp(dt, size_t(T * W)), q1(dt, size_t(T * hq * d));
+        Typed k1(dt, size_t(S * hkv * d)), v1(dt, size_t(S * hkv * d)), k2(dt, size_t(S * hkv * d)), v2(dt, size_t(S * hkv * d));
+        for (size_t i = 0; i < size_t(T * W); ++i) qkv.set(i, rng.uniform(-2, 2)), tmp.set(i, float(qkv.get(i)));
+        for (size_t i = 0; i < size_t(S * hkv * d); ++i) k1.set(i, 0), v1.set(i, 0), k2.set(i, 0), v2.set(i, 0);
+        const TensorView positions = i64 ? make_view(const_cast<int64_t*>(pos64.data()), DType::kI64, {T})
+                                         : make_view(const_cast<int32_t*>(pos32.data()), DType::kI32, {T});
+        QkvArgs a;
+        ASSERT_TRUE(to_args(QkvRopeCacheParams{.qkv = make_view(qkv.data(), dt, {T, W}), .q_heads = hq, .kv_heads = hkv,
+                                               .head_dim = d, .positions = positions, .cos = table.cos(), .sin = table.sin(),
+                                               .slots = make_view(slots.data(), DType::kI64, {T}),
+                                               .k_cache = make_view(k1.data(), dt, {S, hkv * d}),
+                                               .v_cache = make_view(v1.data(), dt, {S, hkv * d}),
+                                               .q_out = make_view(q1.data(), dt, {T, hq, d})},
+                            &a)
+                        .ok());
+        ASSERT_TRUE(fi->fn(a).ok());
+        // Unfused: rope on q and k in place in a copy of the rows, then write k and v.
+        const size_t es = dtype_size(dt);
+        auto at = [&](int64_t elem) { return static_cast<uint8_t*>(tmp.data()) + size_t(elem) * es; };
+        rope_detail::Args ra;
+        ASSERT_TRUE(rope_detail::to_args(RopeParams{.q = make_view(at(0), dt, {T, hq, d}, {W, d, 1}),
+                                                    .k = make_view(at(hq * d), dt, {T, hkv, d}, {W, d, 1}),
+                                                    .positions = positions, .cos = table.cos(), .sin = table.sin()},
+                                         &ra)
+                        .ok());
+        ASSERT_TRUE(ri->fn(ra).ok());
+        WriteArgs wa;
+        ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(at(hq * d), dt, {T, hkv * d}, {W, 1}),
+                                               .v = make_view(at((hq + hkv) * d), dt, {T, hkv * d}, {W, 1}),
+                                               .slots = make_view(slots.data(), DType::kI64, {T}),
+                                               .k_cache = make_view(k2.data(), dt, {S, hkv * d}),
+                                               .v_cache = make_view(v2.data(), dt, {S, hkv * d})},
+                            &wa)
+                        .ok());
+        ASSERT_TRUE(wi->fn(wa).ok());
+        const size_t cache_bytes = size_t(S * hkv * d) * es;
+        EXPECT_EQ(std::memcmp(k1.data(), k2.data(), cache_bytes), 0) << what << ": k cache";
+        EXPECT_EQ(std::memcmp(v1.data(), v2.data(), cache_bytes), 0) << what << ": v cache";
+        for (int64_t t = 0; t < T; ++t)
+          EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(q1.data()) + size_t(t * hq * d) * es, at(t * W), size_t(hq * d) * es), 0)
+              << what << ": q row " << t;
+      }
 }
 
 TEST(KvCacheBadInput, MessagesNameTheArgument) {

@@ -146,11 +146,12 @@ struct QkvCase {
   int64_t T = 5, hq = 4, hkv = 2, d = 64, rotary_dim = 0, num_slots = 32;
   RopeStyle style = RopeStyle::kHalf;
   bool stream_q = false;  // non-temporal stores for q_out (by default only for >= simd::kStreamMinBytes)
+  bool pos64 = false;     // i64 positions (and i32 slots) instead of i32 positions and i64 slots
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << " T=" << T << " Hq=" << hq << " Hkv=" << hkv << " D=" << d
        << " rotary_dim=" << (rotary_dim ? rotary_dim : d) << " slots=" << num_slots << " style=" << int(style)
-       << " stream_q=" << stream_q;
+       << " stream_q=" << stream_q << " pos=" << (pos64 ? "i64" : "i32");
     return os.str();
   }
 };
@@ -168,12 +169,14 @@ inline Outcome run_qkv(const dispatch::Impl<QkvFn>& impl, const QkvCase& c, uint
   for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, 512.0f), vc.set(i, 512.0f);  // sentinels exact in bf16
   for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, NAN);
   const std::vector<int64_t> slots = make_slots(c.T, c.num_slots, rng);
-  std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(c.T, 1)));
+  std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(c.T, 1))), s32(slots.begin(), slots.end());
   for (int64_t t = 0; t < c.T; ++t) pos[size_t(t)] = int32_t(rng.below(500));
+  std::vector<int64_t> p64(pos.begin(), pos.end());
   QkvRopeCacheParams p{.qkv = make_view(qkv.data(), c.dtype, {c.T, W}), .q_heads = c.hq, .kv_heads = c.hkv, .head_dim = c.d,
-                       .positions = make_view(pos.data(), DType::kI32, {c.T}), .cos = table.cos(), .sin = table.sin(),
-                       .rotary_dim = c.rotary_dim, .style = c.style,
-                       .slots = make_view(const_cast<int64_t*>(slots.data()), DType::kI64, {c.T}),
+                       .positions = c.pos64 ? make_view(p64.data(), DType::kI64, {c.T}) : make_view(pos.data(), DType::kI32, {c.T}),
+                       .cos = table.cos(), .sin = table.sin(), .rotary_dim = c.rotary_dim, .style = c.style,
+                       .slots = c.pos64 ? make_view(s32.data(), DType::kI32, {c.T})
+                                        : make_view(const_cast<int64_t*>(slots.data()), DType::kI64, {c.T}),
                        .k_cache = make_view(kc.data(), c.dtype, {c.num_slots, kvw}),
                        .v_cache = make_view(vc.data(), c.dtype, {c.num_slots, kvw}),
                        .q_out = make_view(q.data(), c.dtype, {c.T, c.hq, c.d})};
