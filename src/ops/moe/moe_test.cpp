@@ -471,6 +471,71 @@ TEST(MoeFinalize, WeightedSumSkipsDroppedRows) {
     }
 }
 
+// Every dtype mix finalize takes (y, shared, residual and out each f32 or bf16), with the
+// shared-expert output and the residual each present or absent, against the sum in double
+// of the values as stored. out starts as NaN: a token the op skips (here token 4, whose
+// slots are all dropped) fails. Bound: f32 accumulation of k + 2 terms, plus one bf16
+// rounding of the result for a bf16 out. T > 4 takes the threaded loop; H = 37 is not a
+// multiple of 16.
+TEST(MoeFinalize, DtypesAndOptionalInputsMatchDoubleSum) {
+  const int64_t T = 9, k = 3, H = 37, R = 20;
+  testing::Rng rng(77);
+  std::vector<int32_t> inv(static_cast<size_t>(T * k));
+  for (auto& v : inv) v = rng.below(6) == 0 ? -1 : int32_t(rng.below(R));  // ~1 slot in 6 dropped
+  for (int64_t j = 0; j < k; ++j) inv[size_t(4 * k + j)] = -1;             // token 4: all dropped
+  std::vector<float> w(static_cast<size_t>(T * k));
+  for (auto& v : w) v = rng.uniform(0.0f, 2.0f);
+  // One f32 and one bf16 copy of each input, holding the same (bf16-exact) values.
+  struct Input {
+    std::vector<float> f;
+    std::vector<uint16_t> b;
+    void* data(DType dt) { return dt == DType::kF32 ? static_cast<void*>(f.data()) : b.data(); }
+  };
+  auto make = [&](int64_t n, float a) {
+    Input in{std::vector<float>(static_cast<size_t>(n)), std::vector<uint16_t>(static_cast<size_t>(n))};
+    for (int64_t i = 0; i < n; ++i) in.b[size_t(i)] = f32_to_bf16(rng.uniform(-a, a)), in.f[size_t(i)] = bf16_to_f32(in.b[size_t(i)]);
+    return in;
+  };
+  Input y = make(R * H, 3.0f), shared = make(T * H, 1.0f), res = make(T * H, 10.0f);
+  for (DType ydt : {DType::kF32, DType::kBF16})
+    for (DType sdt : {DType::kF32, DType::kBF16})
+      for (DType odt : {DType::kF32, DType::kBF16})
+        for (bool with_shared : {false, true})
+          for (bool with_res : {false, true}) {
+            std::vector<float> of(static_cast<size_t>(T * H), NAN);
+            std::vector<uint16_t> ob(static_cast<size_t>(T * H), 0x7fc0);
+            MoeFinalizeParams p{.y = make_view(y.data(ydt), ydt, {R, H}), .inverse = make_view(inv.data(), DType::kI32, {T * k}),
+                                .weights = make_view(w.data(), DType::kF32, {T, k}),
+                                .out = make_view(odt == DType::kF32 ? static_cast<void*>(of.data()) : ob.data(), odt, {T, H})};
+            if (with_shared) p.shared = make_view(shared.data(sdt), sdt, {T, H});
+            if (with_res) p.residual = make_view(res.data(sdt), sdt, {T, H});
+            const std::string what = std::string("y=") + dtype_name(ydt) + " shared/residual=" + dtype_name(sdt) +
+                                     " out=" + dtype_name(odt) + " shared=" + std::to_string(with_shared) +
+                                     " residual=" + std::to_string(with_res);
+            const Status st = moe_finalize_routing(p);
+            ASSERT_TRUE(st.ok()) << what << ": " << st.message();
+            std::vector<double> got, ref, extra;
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t h = 0; h < H; ++h) {
+                double sum = 0, mag = 0;
+                for (int64_t j = 0; j < k; ++j) {
+                  const int32_t r = inv[size_t(t * k + j)];
+                  if (r < 0) continue;
+                  const double term = double(w[size_t(t * k + j)]) * y.f[size_t(r * H + h)];
+                  sum += term, mag += std::fabs(term);
+                }
+                if (with_shared) sum += shared.f[size_t(t * H + h)], mag += std::fabs(shared.f[size_t(t * H + h)]);
+                if (with_res) sum += res.f[size_t(t * H + h)], mag += std::fabs(res.f[size_t(t * H + h)]);
+                const double acc_err = double(k + 2) * testing::kEpsF32 * mag;
+                ref.push_back(sum);
+                extra.push_back(acc_err + (odt == DType::kBF16 ? testing::kEpsBF16 * (std::fabs(sum) + acc_err) : 0.0));
+                got.push_back(odt == DType::kF32 ? double(of[size_t(t * H + h)]) : double(bf16_to_f32(ob[size_t(t * H + h)])));
+              }
+            const testing::CompareResult c = testing::compare(got, ref, {0.0, 0.0}, &extra);
+            EXPECT_TRUE(c.pass) << what << ": " << c.message;
+          }
+}
+
 // One moe_forward layer configuration: shapes, router options, and how the router is passed.
 struct LayerCase {
   DType dt = DType::kF32;
