@@ -326,6 +326,79 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   set_num_threads(0);
 }
 
+// bf16 output of grouped_matmul for each weight kind (f32 x with f32 weights, bf16 with
+// bf16 — the AMX path from 4 rows — and bf16 x with int8 per-channel weights), under the
+// split (1 thread) and queue (2, 3 threads) schedules. Each element within one bf16
+// rounding of the double product plus f32 accumulation (K * eps * sum|a b|); the output
+// starts as bf16 NaN, and rows past the groups must keep it.
+TEST(GroupedMatmul, Bf16OutputMatchesPerExpertReferenceOnSelectedIsa) {
+  const int64_t E = 8, K = 45, N = 70;
+  const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 300, 1};
+  const int64_t rows = 324, M = rows + 4;
+  std::vector<int64_t> offs(counts.size());
+  std::partial_sum(counts.begin(), counts.end(), offs.begin());
+  enum class Kind { kF32, kBF16, kI8Weights };
+  for (Kind kind : {Kind::kF32, Kind::kBF16, Kind::kI8Weights}) {
+    testing::Rng rng(40 + uint64_t(kind));
+    const DType xdt = kind == Kind::kF32 ? DType::kF32 : DType::kBF16;
+    // Values as the op sees them (bf16-rounded where stored as bf16), for the reference.
+    std::vector<float> xf(size_t(M * K)), wf(size_t(E * N * K)), scales(size_t(E * N));
+    std::vector<uint16_t> xb(xf.size()), wb(wf.size());
+    std::vector<int8_t> wq(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) {
+      xb[i] = f32_to_bf16(rng.uniform());
+      xf[i] = xdt == DType::kBF16 ? bf16_to_f32(xb[i]) : rng.uniform();
+    }
+    for (auto& s : scales) s = rng.uniform(0.001f, 0.02f);
+    for (size_t i = 0; i < wf.size(); ++i) {
+      if (kind == Kind::kI8Weights) {
+        wq[i] = int8_t(int(rng.below(255)) - 127);
+        wf[i] = float(wq[i]);  // the per-channel scale is applied to the sum below
+      } else {
+        wb[i] = f32_to_bf16(rng.uniform());
+        wf[i] = kind == Kind::kBF16 ? bf16_to_f32(wb[i]) : rng.uniform();
+      }
+    }
+    PackedWeights w;
+    if (kind == Kind::kI8Weights)
+      ASSERT_TRUE(pack_weights({.w = make_view(wq.data(), DType::kI8, {E, N, K}), .scales = make_view(scales.data(), DType::kF32, {E, N})}, &w).ok());
+    else
+      ASSERT_TRUE(pack_weights({.w = make_view(kind == Kind::kBF16 ? static_cast<void*>(wb.data()) : wf.data(), xdt, {E, N, K})}, &w).ok());
+    std::vector<double> ref, extra;
+    for (int64_t g = 0, r = 0; g < E; ++g)
+      for (int64_t i = 0; i < counts[size_t(g)]; ++i, ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0, mag = 0;
+          for (int64_t kk = 0; kk < K; ++kk) {
+            const double prod = double(xf[size_t(r * K + kk)]) * wf[size_t((g * N + n) * K + kk)];
+            s += prod, mag += std::fabs(prod);
+          }
+          const double sc = kind == Kind::kI8Weights ? scales[size_t(g * N + n)] : 1.0;
+          s *= sc, mag *= sc;
+          const double acc_err = double(K + 2) * testing::kEpsF32 * mag;
+          ref.push_back(s);
+          extra.push_back(acc_err + testing::kEpsBF16 * (std::fabs(s) + acc_err));
+        }
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      const std::string what = "kind=" + std::to_string(int(kind)) + " threads=" + std::to_string(threads);
+      std::vector<uint16_t> out(size_t(M * N), 0x7fc0);  // bf16 NaN
+      GroupedMatmulParams p{.x = make_view(xdt == DType::kBF16 ? static_cast<void*>(xb.data()) : xf.data(), xdt, {M, K}),
+                            .weights = &w, .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                            .out = make_view(out.data(), DType::kBF16, {M, N})};
+      std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+      const Status st = grouped_matmul(p, {ws.data(), ws.size()});
+      ASSERT_TRUE(st.ok()) << what << ": " << st.message();
+      std::vector<double> got(size_t(rows * N));
+      for (int64_t i = 0; i < rows * N; ++i) got[size_t(i)] = bf16_to_f32(out[size_t(i)]);
+      const testing::CompareResult c = testing::compare(got, ref, {0.0, 0.0}, &extra);
+      EXPECT_TRUE(c.pass) << what << ": " << c.message;
+      for (int64_t i = rows * N; i < M * N; ++i) ASSERT_EQ(out[size_t(i)], 0x7fc0) << what << ": element " << i << " past the groups written";
+    }
+  }
+  set_num_threads(0);
+}
+
 // grouped_matmul_swiglu on both paths (I = 64: SwiGLU in the GEMM epilogue; I = 35:
 // through the f32 buffer), f32 / bf16 / per-token int8 output, 1 thread (split) and 2, 3
 // (queue), against silu(gate) * up in double from the plain arrays. Int8: scale within
