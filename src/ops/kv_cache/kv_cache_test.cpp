@@ -151,6 +151,128 @@ TEST(KvCacheWrite, SkipsMinusOneAndQuantizesI8) {
   }
 }
 
+// One cache plane as kv_cache_write sees it: same dtype as the rows (sentinel 512, exact in
+// bf16) or i8 (codes 99 and scales -1 as sentinels), so unwritten slots can be checked
+// byte for byte.
+struct CachePlane {
+  DType dt;
+  Typed same;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  CachePlane(DType cache_dt, DType row_dt, int64_t slots, int64_t row)
+      : dt(cache_dt), same(row_dt, cache_dt == DType::kI8 ? 0 : size_t(slots * row)),
+        q(cache_dt == DType::kI8 ? size_t(slots * row) : 0, int8_t(99)), scales(cache_dt == DType::kI8 ? size_t(slots) : 0, -1.0f) {
+    for (size_t i = 0; i < same.f.size() + same.h.size(); ++i) same.set(i, 512.0f);
+  }
+  TensorView view(int64_t slots, int64_t row) {
+    return dt == DType::kI8 ? make_view(q.data(), DType::kI8, {slots, row}) : make_view(same.data(), same.dt, {slots, row});
+  }
+  TensorView scale_view(int64_t slots) { return dt == DType::kI8 ? make_view(scales.data(), DType::kF32, {slots}) : TensorView{}; }
+  // Bytes of slot s.
+  std::vector<uint8_t> slot_bytes(int64_t s, int64_t row) const {
+    const uint8_t* base = dt == DType::kI8 ? reinterpret_cast<const uint8_t*>(q.data())
+                          : same.dt == DType::kF32 ? reinterpret_cast<const uint8_t*>(same.f.data())
+                                                   : reinterpret_cast<const uint8_t*>(same.h.data());
+    const size_t es = dt == DType::kI8 ? 1 : dtype_size(same.dt);
+    std::vector<uint8_t> b(base + size_t(s * row) * es, base + size_t((s + 1) * row) * es);
+    if (dt == DType::kI8) {
+      const uint8_t* sc = reinterpret_cast<const uint8_t*>(&scales[size_t(s)]);
+      b.insert(b.end(), sc, sc + 4);
+    }
+    return b;
+  }
+};
+
+// kv_cache_write per implementation, f32 and bf16 rows, each plane into a cache of the rows'
+// dtype or i8 (k and v independently, so the V plane and v_scales are covered too):
+// same-dtype slots equal the row bit for bit; i8 slots have scale = max|row| / 127 and
+// codes within 1 LSB of row * 127 / max|row| (an all-zero v row: scale 0, codes 0); slots
+// no token maps to — including where a token has slot -1 — keep their sentinel bytes.
+TEST(KvCacheWrite, EveryImplementationAnyPlaneDtypeAndSkippedSlots) {
+  const int64_t T = 9, row = 37, S = 16;  // row not a multiple of 16 (vector tails)
+  for (const auto* impl : write_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (DType kc_dt : {dt, DType::kI8})
+        for (DType vc_dt : {dt, DType::kI8}) {
+          const std::string what = std::string(impl->name) + " rows=" + dtype_name(dt) + " k_cache=" + dtype_name(kc_dt) +
+                                   " v_cache=" + dtype_name(vc_dt);
+          testing::Rng rng(uint64_t(int(dt) * 4 + int(kc_dt) * 2 + int(vc_dt)));
+          Typed k(dt, size_t(T * row)), v(dt, size_t(T * row));
+          for (int64_t i = 0; i < T * row; ++i) k.set(size_t(i), rng.uniform(-5, 5)), v.set(size_t(i), rng.uniform(-0.01f, 0.01f));
+          for (int64_t i = 0; i < row; ++i) v.set(size_t(6 * row + i), 0.0f);  // token 6: all-zero v row
+          const std::vector<int64_t> slots = testutil::make_slots(T, S, rng);  // tokens 3 and 8 skip (-1)
+          std::vector<int32_t> s32(slots.begin(), slots.end());
+          const bool i64 = dt == DType::kF32;  // i64 slots with f32 rows, i32 with bf16
+          CachePlane kc(kc_dt, dt, S, row), vc(vc_dt, dt, S, row);
+          const CachePlane kc0 = kc, vc0 = vc;
+          WriteArgs a;
+          ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), dt, {T, row}), .v = make_view(v.data(), dt, {T, row}),
+                                                 .slots = i64 ? make_view(const_cast<int64_t*>(slots.data()), DType::kI64, {T})
+                                                              : make_view(s32.data(), DType::kI32, {T}),
+                                                 .k_cache = kc.view(S, row), .v_cache = vc.view(S, row),
+                                                 .k_scales = kc.scale_view(S), .v_scales = vc.scale_view(S)},
+                              &a)
+                          .ok())
+              << what;
+          ASSERT_TRUE(impl->fn(a).ok()) << what;
+          std::vector<bool> written(static_cast<size_t>(S), false);
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t s = slots[size_t(t)];
+            if (s < 0) continue;
+            written[size_t(s)] = true;
+            for (int w = 0; w < 2; ++w) {
+              const Typed& src = w ? v : k;
+              const CachePlane& c = w ? vc : kc;
+              const char* plane = w ? "v" : "k";
+              if (c.dt != DType::kI8) {
+                for (int64_t i = 0; i < row; ++i)
+                  ASSERT_EQ(c.same.get(size_t(s * row + i)), src.get(size_t(t * row + i))) << what << " " << plane << " t=" << t << " i=" << i;
+                continue;
+              }
+              double amax = 0;
+              for (int64_t i = 0; i < row; ++i) amax = std::max(amax, std::fabs(src.get(size_t(t * row + i))));
+              EXPECT_NEAR(c.scales[size_t(s)], amax / 127, amax / 127 * 1e-6) << what << " " << plane << " scale t=" << t;
+              for (int64_t i = 0; i < row; ++i) {
+                const int code = c.q[size_t(s * row + i)];
+                const double exact = amax > 0 ? src.get(size_t(t * row + i)) * 127 / amax : 0.0;
+                ASSERT_LE(std::fabs(code - exact), 1.0) << what << " " << plane << " t=" << t << " i=" << i;
+                ASSERT_GE(code, -127) << what;
+              }
+            }
+          }
+          for (int64_t s = 0; s < S; ++s)
+            if (!written[size_t(s)]) {
+              EXPECT_EQ(kc.slot_bytes(s, row), kc0.slot_bytes(s, row)) << what << ": k slot " << s << " written but no token maps to it";
+              EXPECT_EQ(vc.slot_bytes(s, row), vc0.slot_bytes(s, row)) << what << ": v slot " << s << " written but no token maps to it";
+            }
+        }
+}
+
+// T = 0: valid, and writes nothing (through the public entry point and each implementation).
+TEST(KvCacheWrite, ZeroTokensWriteNothing) {
+  const int64_t row = 8, S = 4;
+  std::vector<uint16_t> k(row), cache(S * row, 0x4400);
+  std::vector<int8_t> qc(S * row, 99);
+  std::vector<float> scales(S, -1.0f);
+  std::vector<int32_t> slots(1, 0);
+  const KvCacheWriteParams p{.k = make_view(k.data(), DType::kBF16, {0, row}), .v = make_view(k.data(), DType::kBF16, {0, row}),
+                             .slots = make_view(slots.data(), DType::kI32, {0}),
+                             .k_cache = make_view(cache.data(), DType::kBF16, {S, row}),
+                             .v_cache = make_view(qc.data(), DType::kI8, {S, row}), .v_scales = make_view(scales.data(), DType::kF32, {S})};
+  {
+    const Status st = kv_cache_write(p);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  for (const auto* impl : write_registry().runnable()) {
+    WriteArgs a;
+    ASSERT_TRUE(to_args(p, &a).ok());
+    ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
+  }
+  EXPECT_EQ(cache, std::vector<uint16_t>(S * row, 0x4400));
+  EXPECT_EQ(qc, std::vector<int8_t>(S * row, 99));
+  EXPECT_EQ(scales, std::vector<float>(S, -1.0f));
+}
+
 TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
   for (const auto* impl : mla_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
