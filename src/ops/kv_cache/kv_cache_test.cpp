@@ -273,6 +273,65 @@ TEST(KvCacheWrite, ZeroTokensWriteNothing) {
   EXPECT_EQ(scales, std::vector<float>(S, -1.0f));
 }
 
+// i8 caches through gather_pa_kv_cache, per implementation: rows written by kv_cache_write
+// into an i8 pool (both planes), gathered back per sequence. Codes and scales must equal
+// the pool's slots bit for bit (outputs start as 99 / NaN, so a row left out fails), and
+// dequantise to the written bf16 values within one step.
+TEST(GatherPaKvCache, Int8CachesWithScalesEveryImplementation) {
+  const int64_t row = 40, bs = 4, max_blocks = 8;
+  KvBlockPool pool;
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 16, .block_size = bs, .row = row, .planes = 2, .dtype = DType::kI8}, &pool).ok());
+  const std::vector<int32_t> lens = {9, 0, 13, 1};
+  const int64_t B = int64_t(lens.size()), T = 23;
+  std::vector<KvSequence> seq(static_cast<size_t>(B), KvSequence(max_blocks));
+  std::vector<int64_t> slots;
+  for (int64_t b = 0; b < B; ++b) {
+    ASSERT_TRUE(seq[size_t(b)].reserve(pool, lens[size_t(b)]).ok());
+    for (int64_t p = 0; p < lens[size_t(b)]; ++p) slots.push_back(seq[size_t(b)].slot(p, bs));
+  }
+  ASSERT_EQ(int64_t(slots.size()), T);
+  testing::Rng rng(17);
+  std::vector<uint16_t> k(size_t(T * row)), v(size_t(T * row));
+  testing::fill_bf16(k.data(), T * row, rng, -4, 4);
+  testing::fill_bf16(v.data(), T * row, rng, -0.5, 0.5);
+  ASSERT_TRUE(kv_cache_write({.k = make_view(k.data(), DType::kBF16, {T, row}), .v = make_view(v.data(), DType::kBF16, {T, row}),
+                              .slots = make_view(slots.data(), DType::kI64, {T}), .k_cache = pool.plane(0), .v_cache = pool.plane(1),
+                              .k_scales = pool.scales(0), .v_scales = pool.scales(1)})
+                  .ok());
+  std::vector<int32_t> tables(size_t(B * max_blocks), -7);  // unused entries stay invalid
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < seq[size_t(b)].num_blocks(); ++j) tables[size_t(b * max_blocks + j)] = seq[size_t(b)].block_table()[j];
+  for (const auto* gi : gather_registry().runnable()) {
+    std::vector<int8_t> ko(size_t(T * row), 99), vo(size_t(T * row), 99);
+    std::vector<float> ks(size_t(T), NAN), vs(size_t(T), NAN);
+    GatherArgs ga;
+    ASSERT_TRUE(to_args(GatherKvParams{.k_cache = pool.plane(0), .v_cache = pool.plane(1), .k_scales = pool.scales(0),
+                                       .v_scales = pool.scales(1), .block_tables = make_view(tables.data(), DType::kI32, {B, max_blocks}),
+                                       .seq_lens = make_view(const_cast<int32_t*>(lens.data()), DType::kI32, {B}), .block_size = bs,
+                                       .k_out = make_view(ko.data(), DType::kI8, {T, row}), .v_out = make_view(vo.data(), DType::kI8, {T, row}),
+                                       .k_scales_out = make_view(ks.data(), DType::kF32, {T}),
+                                       .v_scales_out = make_view(vs.data(), DType::kF32, {T})},
+                        &ga)
+                    .ok());
+    ASSERT_TRUE(gi->fn(ga).ok()) << gi->name;
+    for (int w = 0; w < 2; ++w) {
+      const int8_t* codes = static_cast<const int8_t*>(pool.plane(w).data);
+      const float* scales = static_cast<const float*>(pool.scales(w).data);
+      const std::vector<int8_t>& out = w ? vo : ko;
+      const std::vector<float>& out_s = w ? vs : ks;
+      const std::vector<uint16_t>& src = w ? v : k;
+      for (int64_t r = 0; r < T; ++r) {  // gathered row r is written token r (sequences in order)
+        const int64_t s = slots[size_t(r)];
+        ASSERT_EQ(out_s[size_t(r)], scales[s]) << gi->name << " plane " << w << " row " << r;
+        ASSERT_EQ(std::memcmp(out.data() + r * row, codes + s * row, size_t(row)), 0) << gi->name << " plane " << w << " row " << r;
+        for (int64_t i = 0; i < row; ++i)
+          ASSERT_NEAR(out[size_t(r * row + i)] * double(out_s[size_t(r)]), bf16_to_f32(src[size_t(r * row + i)]), 1.0001 * out_s[size_t(r)])
+              << gi->name << " plane " << w << " row " << r << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
   for (const auto* impl : mla_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
