@@ -3,8 +3,11 @@
 // bad inputs -> Status.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "ops/rope/rope_testutil.h"
 
@@ -82,6 +85,34 @@ TEST(RopeTable, DeepSeekYarnRamp) {
   y.mscale = 1.0, y.mscale_all_dim = 0.5;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 2, .yarn = y}, &t).ok());
   EXPECT_NEAR(static_cast<float*>(t.cos().data)[0], yarn_mscale(40, 1.0) / yarn_mscale(40, 0.5), 1e-6);
+}
+
+// |table - exact| for a value stored as f32 from a double: one rounding (2^-24 relative),
+// plus slack for the last bits of p * inv_freq, which this file computes in a different
+// order than rope_table.cpp.
+void expect_table_value(float got, double want, const std::string& what) {
+  const double slack = 1e-10;
+  EXPECT_LE(std::fabs(double(got) - want), testing::kEpsF32 * (std::fabs(want) + slack) + slack) << what << " got " << got << " want " << want;
+}
+
+// Plain RoPE: cos and sin at positions > 0 against cos/sin(p / theta^(2i/d)) computed here
+// (every i, several positions up to the table's end, two theta / d pairs).
+TEST(RopeTable, PlainCosSinMatchDoubleFormula) {
+  for (auto [d, theta] : {std::pair<int64_t, double>{64, 10000.0}, {128, 500000.0}}) {
+    const int64_t P = 5000, half = d / 2;
+    RopeTable t;
+    ASSERT_TRUE(RopeTable::build({.rotary_dim = d, .max_positions = P, .theta = theta}, &t).ok());
+    const float* cos = static_cast<const float*>(t.cos().data);
+    const float* sin = static_cast<const float*>(t.sin().data);
+    for (int64_t p : {1, 2, 7, 100, 1023, 4095, 4999})
+      for (int64_t i = 0; i < half; ++i) {
+        const double inv_freq = 1.0 / std::pow(theta, double(2 * i) / double(d));
+        const std::string what = "d=" + std::to_string(d) + " theta=" + std::to_string(theta) + " p=" + std::to_string(p) +
+                                 " i=" + std::to_string(i);
+        expect_table_value(cos[p * half + i], std::cos(double(p) * inv_freq), what + " cos");
+        expect_table_value(sin[p * half + i], std::sin(double(p) * inv_freq), what + " sin");
+      }
+  }
 }
 
 TEST(Rope, BadInputs) {
