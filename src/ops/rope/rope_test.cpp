@@ -115,6 +115,70 @@ TEST(RopeTable, PlainCosSinMatchDoubleFormula) {
   }
 }
 
+// DeepSeek's YaRN rotary embedding as HF's DeepseekV2YarnRotaryEmbedding defines it
+// (reference/deepseek-architectures.md 1.4), written out here rather than taken from
+// optx: the correction range from beta_fast / beta_slow, the linear ramp between, the
+// blend of interpolated (f / factor) and extrapolated (f) frequencies, and cos/sin times
+// m(factor, mscale) / m(factor, mscale_all_dim).
+struct YarnRef {
+  int64_t d;
+  double base, factor, L_orig, beta_fast, beta_slow, mscale, mscale_all_dim;
+  double low = 0, high = 0;
+  std::vector<double> inv_freq;
+  double scale = 1;
+  static double get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+  void build() {
+    // Dimension index whose wavelength turns num_rotations times over the original context.
+    auto correction_dim = [&](double num_rotations) {
+      return double(d) * std::log(L_orig / (num_rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+    };
+    low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
+    high = std::min(std::ceil(correction_dim(beta_slow)), double(d - 1));
+    const double hi = low == high ? high + 0.001 : high;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double freq_extra = 1.0 / std::pow(base, double(2 * i) / double(d));
+      const double freq_inter = 1.0 / (factor * std::pow(base, double(2 * i) / double(d)));
+      const double ramp = std::clamp((double(i) - low) / (hi - low), 0.0, 1.0);
+      const double extra_mask = 1.0 - ramp;  // HF's inv_freq_mask: 1 keeps the original frequency
+      inv_freq.push_back(freq_inter * (1.0 - extra_mask) + freq_extra * extra_mask);
+    }
+    scale = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim);
+  }
+};
+
+// DeepSeek-V3 (mscale = mscale_all_dim = 1), V2-Lite (0.707 / 0.707) and a config whose
+// two mscales differ (so cos/sin carry a factor != 1): factor 40, original context 4096,
+// beta 32 / 1, d 64, theta 1e4. cos and sin at positions inside and well beyond the
+// original context, every frequency index.
+TEST(RopeTable, DeepSeekYarnCosSinBeyondOriginalContext) {
+  struct Config {
+    const char* name;
+    double mscale, mscale_all_dim;
+  };
+  for (const Config& c : {Config{"V3", 1.0, 1.0}, Config{"V2-Lite", 0.707, 0.707}, Config{"mscale 1 / all_dim 0.707", 1.0, 0.707}}) {
+    YarnRef ref{.d = 64, .base = 10000, .factor = 40, .L_orig = 4096, .beta_fast = 32, .beta_slow = 1, .mscale = c.mscale,
+                .mscale_all_dim = c.mscale_all_dim};
+    ref.build();
+    EXPECT_EQ(ref.low, 10) << c.name;  // the published V2/V3 correction range
+    EXPECT_EQ(ref.high, 23) << c.name;
+    YarnScaling y;
+    y.factor = 40, y.original_max_position_embeddings = 4096, y.beta_fast = 32, y.beta_slow = 1;
+    y.mscale = c.mscale, y.mscale_all_dim = c.mscale_all_dim;
+    const int64_t P = 32768, half = 32;
+    RopeTable t;
+    ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = P, .theta = 10000, .yarn = y}, &t).ok());
+    const float* cos = static_cast<const float*>(t.cos().data);
+    const float* sin = static_cast<const float*>(t.sin().data);
+    for (int64_t p : {1, 100, 4095, 4096, 4097, 8191, 16384, 32767})
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = double(p) * ref.inv_freq[size_t(i)];
+        const std::string what = std::string(c.name) + " p=" + std::to_string(p) + " i=" + std::to_string(i);
+        expect_table_value(cos[p * half + i], std::cos(a) * ref.scale, what + " cos");
+        expect_table_value(sin[p * half + i], std::sin(a) * ref.scale, what + " sin");
+      }
+  }
+}
+
 TEST(Rope, BadInputs) {
   RopeTable t;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = 8, .max_positions = 10}, &t).ok());
