@@ -615,6 +615,7 @@ struct LayerCase {
   int64_t T = 7, H = 48, E = 8, k = 3, I = 24, Is = 32;
   MoeScore score = MoeScore::kSoftmax;
   int64_t n_group = 1, topk_group = 1;
+  MoeGroupScore gs = MoeGroupScore::kMax;
   bool bias = false, renorm = true;
   float scaling = 1.0f;
   int64_t hot_expert = -1;  // >= 0: a bias that makes every token pick this expert first
@@ -622,7 +623,7 @@ struct LayerCase {
   std::string name() const {
     std::ostringstream os;
     os << dtype_name(dt) << " T=" << T << " H=" << H << " E=" << E << " k=" << k << " I=" << I << " Is=" << Is
-       << " score=" << int(score) << " groups=" << n_group << "/" << topk_group << " bias=" << bias << " renorm=" << renorm
+       << " score=" << int(score) << " groups=" << n_group << "/" << topk_group << (gs == MoeGroupScore::kTop2Sum ? " top2" : "") << " bias=" << bias << " renorm=" << renorm
        << " scaling=" << scaling << " hot=" << hot_expert << " packed_router=" << packed_router;
     return os.str();
   }
@@ -668,7 +669,7 @@ void check_moe_forward(const LayerCase& c, uint64_t seed) {
   std::vector<uint16_t> outb(static_cast<size_t>(T * H), 0x7fc0);  // bf16 NaN
   MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}),
                      .bias = use_bias ? make_view(bias.data(), DType::kF32, {E}) : TensorView{}, .top_k = c.k, .score = c.score,
-                     .n_group = c.n_group, .topk_group = c.topk_group, .renormalize = c.renorm,
+                     .n_group = c.n_group, .topk_group = c.topk_group, .group_score = c.gs, .renormalize = c.renorm,
                      .routed_scaling_factor = c.scaling, .gate_up = &Wgu, .down = &Wdn,
                      .shared_gate_up = Is > 0 ? &Wsgu : nullptr, .shared_down = Is > 0 ? &Wsdn : nullptr,
                      .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
@@ -686,7 +687,7 @@ void check_moe_forward(const LayerCase& c, uint64_t seed) {
   moe_testutil::MoeLayerRef m{.H = H, .E = E, .k = c.k, .I = I, .Is = Is, .router = router.data(),
                               .bias = use_bias ? bias.data() : nullptr, .gate_up = gu.data(), .down = dn.data(),
                               .shared_gate_up = Is > 0 ? sgu.data() : nullptr, .shared_down = Is > 0 ? sdn.data() : nullptr};
-  m.gating.score = c.score, m.gating.n_group = c.n_group, m.gating.topk_group = c.topk_group;
+  m.gating.score = c.score, m.gating.n_group = c.n_group, m.gating.topk_group = c.topk_group, m.gating.group_score = c.gs;
   m.gating.renormalize = c.renorm, m.gating.routed_scaling_factor = c.scaling;
   std::vector<double> got, ref(static_cast<size_t>(T * H)), xd(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
@@ -736,6 +737,8 @@ TEST(MoeForward, RouterOptionsMatchDoubleCompositionOnSelectedIsa) {
       v3.dt = dt, v3.T = T, v3.E = 16, v3.k = 4, v3.I = 64, v3.Is = 64, v3.score = MoeScore::kSigmoid, v3.n_group = 4,
       v3.topk_group = 2, v3.bias = true, v3.scaling = 2.5f;
       check_moe_forward(v3, 200 + uint64_t(T));
+      v3.gs = MoeGroupScore::kTop2Sum;  // DeepSeek-V3's group score: the sum of each group's top two
+      check_moe_forward(v3, 250 + uint64_t(T));
       LayerCase v4;  // sqrt(softplus) + bias, renormalised, x1.5, no shared experts, H = 56
       v4.dt = dt, v4.T = T, v4.H = 56, v4.score = MoeScore::kSqrtSoftplus, v4.bias = true, v4.scaling = 1.5f, v4.Is = 0;
       check_moe_forward(v4, 300 + uint64_t(T));
