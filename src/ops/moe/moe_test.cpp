@@ -609,98 +609,16 @@ TEST(MoeFinalize, DtypesAndOptionalInputsMatchDoubleSum) {
           }
 }
 
-// One moe_forward layer configuration: shapes, router options, and how the router is passed.
-struct LayerCase {
-  DType dt = DType::kF32;
-  int64_t T = 7, H = 48, E = 8, k = 3, I = 24, Is = 32;
-  MoeScore score = MoeScore::kSoftmax;
-  int64_t n_group = 1, topk_group = 1;
-  MoeGroupScore gs = MoeGroupScore::kMax;
-  bool bias = false, renorm = true;
-  float scaling = 1.0f;
-  int64_t hot_expert = -1;  // >= 0: a bias that makes every token pick this expert first
-  bool packed_router = false;
-  std::string name() const {
-    std::ostringstream os;
-    os << dtype_name(dt) << " T=" << T << " H=" << H << " E=" << E << " k=" << k << " I=" << I << " Is=" << Is
-       << " score=" << int(score) << " groups=" << n_group << "/" << topk_group << (gs == MoeGroupScore::kTop2Sum ? " top2" : "") << " bias=" << bias << " renorm=" << renorm
-       << " scaling=" << scaling << " hot=" << hot_expert << " packed_router=" << packed_router;
-    return os.str();
-  }
-};
+using moe_testutil::LayerCase;
 
-// Runs moe_forward on random weights (rounded to the case's dtype first, so the reference
-// sees the values the op sees) and compares every output row with moe_layer_ref. The
-// output starts as NaN, so a row the op never writes fails the comparison.
+// moe_forward on random weights against the double evaluation of the same model
+// (moe_testutil::run_moe_forward: NaN-poisoned output, bf16 held to 2x the naive bf16
+// pipeline's error).
 void check_moe_forward(const LayerCase& c, uint64_t seed) {
   SCOPED_TRACE(c.name());
-  const DType dt = c.dt;
-  const int64_t T = c.T, H = c.H, E = c.E, I = c.I, Is = c.Is;
-  testing::Rng rng{seed};
-  auto rnd = [&](size_t n, float a) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = rng.uniform(-a, a);
-    if (dt == DType::kBF16)
-      for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
-    return v;
-  };
-  std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.2f),
-                     dn = rnd(size_t(E * H * I), 0.2f), sgu = rnd(size_t(2 * Is * H), 0.2f), sdn = rnd(size_t(H * Is), 0.2f);
-  std::vector<float> bias(static_cast<size_t>(E));
-  for (auto& b : bias) b = rng.uniform(-0.1f, 0.1f);
-  // Scores are at most ~1 for every scoring at these logits (|logit| < 5), so +10 wins.
-  if (c.hot_expert >= 0) bias[size_t(c.hot_expert)] = 10.0f;
-  const bool use_bias = c.bias || c.hot_expert >= 0;
-  auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
-    if (dt == DType::kF32) return v.data();
-    b.resize(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-    return b.data();
-  };
-  std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
-  PackedWeights Wgu, Wdn, Wsgu, Wsdn;
-  ASSERT_TRUE(pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu).ok());
-  ASSERT_TRUE(pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn).ok());
-  if (Is > 0) {
-    ASSERT_TRUE(pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu).ok());
-    ASSERT_TRUE(pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn).ok());
-  }
-  std::vector<float> outf(static_cast<size_t>(T * H), NAN);
-  std::vector<uint16_t> outb(static_cast<size_t>(T * H), 0x7fc0);  // bf16 NaN
-  MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}),
-                     .bias = use_bias ? make_view(bias.data(), DType::kF32, {E}) : TensorView{}, .top_k = c.k, .score = c.score,
-                     .n_group = c.n_group, .topk_group = c.topk_group, .group_score = c.gs, .renormalize = c.renorm,
-                     .routed_scaling_factor = c.scaling, .gate_up = &Wgu, .down = &Wdn,
-                     .shared_gate_up = Is > 0 ? &Wsgu : nullptr, .shared_down = Is > 0 ? &Wsdn : nullptr,
-                     .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
-  PackedWeights Wr;
-  if (c.packed_router) {
-    ASSERT_TRUE(pack_weights({.w = p.router}, &Wr).ok());
-    p.router = {};
-    p.packed_router = &Wr[0];
-  }
-  std::vector<uint8_t> ws(moe_forward_workspace_size(p));
-  {
-    const Status st = moe_forward(p, {ws.data(), ws.size()});
-    ASSERT_TRUE(st.ok()) << st.message();
-  }
-  moe_testutil::MoeLayerRef m{.H = H, .E = E, .k = c.k, .I = I, .Is = Is, .router = router.data(),
-                              .bias = use_bias ? bias.data() : nullptr, .gate_up = gu.data(), .down = dn.data(),
-                              .shared_gate_up = Is > 0 ? sgu.data() : nullptr, .shared_down = Is > 0 ? sdn.data() : nullptr};
-  m.gating.score = c.score, m.gating.n_group = c.n_group, m.gating.topk_group = c.topk_group, m.gating.group_score = c.gs;
-  m.gating.renormalize = c.renorm, m.gating.routed_scaling_factor = c.scaling;
-  std::vector<double> got, ref(static_cast<size_t>(T * H)), xd(static_cast<size_t>(H));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) xd[size_t(h)] = x[size_t(t * H + h)];
-    moe_testutil::moe_layer_ref(m, xd.data(), ref.data() + t * H);
-    for (int64_t h = 0; h < H; ++h) got.push_back(dt == DType::kF32 ? outf[size_t(t * H + h)] : bf16_to_f32(outb[size_t(t * H + h)]));
-  }
-  double mx = 0;
-  for (double r : ref) mx = std::max(mx, std::fabs(r));
-  // bf16 rounds the intermediate h and y rows (as any bf16 pipeline does).
-  const testing::Tolerance tol = dt == DType::kF32 ? testing::Tolerance{1e-4 * mx, 1e-4} : testing::Tolerance{2e-2 * mx, 2e-2};
-  const auto cmp = testing::compare(got, ref, tol);
-  EXPECT_TRUE(cmp.pass) << cmp.message;
+  const moe_testutil::LayerOutcome o = moe_testutil::run_moe_forward(c, seed);
+  ASSERT_TRUE(o.status.ok()) << o.status.message();
+  EXPECT_TRUE(o.cmp.pass) << o.cmp.message;
 }
 
 // The whole layer against a double-precision evaluation of the same model. I = 24 puts

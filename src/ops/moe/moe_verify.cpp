@@ -295,104 +295,28 @@ void verify_finalize(std::vector<verify::Record>& out) {
 OPTX_REGISTER_VERIFY("moe_finalize_routing", verify_finalize);
 
 // moe_forward: whole layers (router, gating, routing, grouped gate/up + SwiGLU, grouped
-// down, shared experts, finalize) against a double evaluation of the same model from the
-// same stored values, for a DeepSeek-V2 style router (softmax, top-6 of 16) and a V3 style
-// one (sigmoid + selection bias, 4 groups of which 2 by top-2 sums, top-4, renormalised,
-// scaled by 2.5). H = 40 is not a multiple of 16; I = 24 runs SwiGLU through the buffer,
-// I = 64 in the GEMM epilogue. T = 1 takes the split schedule, T = 7 and 128 the queue.
-// bf16 rounds h and each expert's output rows to bf16 (as any bf16 pipeline does): the
-// bound is 2x the error of that rounding, evaluated here, plus 2 bf16 ulps.
+// down, shared experts, finalize) against a double evaluation of the same model
+// (moe_testutil::run_moe_forward), for a DeepSeek-V2 style router (softmax, top-6 of 16)
+// and a V3 style one (sigmoid + selection bias, 4 groups of which 2 by top-2 sums, top-4,
+// renormalised, scaled by 2.5). H = 40 is not a multiple of 16; I = 24 runs SwiGLU
+// through the buffer, I = 64 in the GEMM epilogue. T = 1 takes the split schedule, T = 7
+// and 128 the queue (2 threads).
 void verify_forward(std::vector<verify::Record>& out) {
-  const int64_t H = 40, E = 16;
+  const int all = num_threads();
+  set_num_threads(std::max(all, 2));
   for (DType dt : {DType::kF32, DType::kBF16})
     for (bool v3 : {false, true})
       for (auto [T, I] : {std::pair<int64_t, int64_t>{1, 64}, {7, 24}, {128, 64}}) {
-        const int64_t k = v3 ? 4 : 6, Is = 2 * I;
-        testing::Rng rng(uint64_t(T * I + v3));
-        auto rnd = [&](size_t n, float a) {
-          std::vector<float> v(n);
-          for (auto& x : v) x = rng.uniform(-a, a);
-          if (dt == DType::kBF16)
-            for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
-          return v;
-        };
-        std::vector<float> x = rnd(size_t(T * H), 1), router = rnd(size_t(E * H), 0.5f), gu = rnd(size_t(E * 2 * I * H), 0.3f),
-                           dn = rnd(size_t(E * H * I), 0.3f), sgu = rnd(size_t(2 * Is * H), 0.3f), sdn = rnd(size_t(H * Is), 0.3f),
-                           bias = rnd(size_t(E), 0.1f);
-        std::vector<uint16_t> xb, gub, dnb, sgub, sdnb;
-        auto as = [&](std::vector<float>& v, std::vector<uint16_t>& b) -> void* {
-          if (dt == DType::kF32) return v.data();
-          b.resize(v.size());
-          for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
-          return b.data();
-        };
-        PackedWeights Wgu, Wdn, Wsgu, Wsdn;
-        Status st = pack_weights({.w = make_view(as(gu, gub), dt, {E, 2 * I, H})}, &Wgu);
-        if (st.ok()) st = pack_weights({.w = make_view(as(dn, dnb), dt, {E, H, I})}, &Wdn);
-        if (st.ok()) st = pack_weights({.w = make_view(as(sgu, sgub), dt, {2 * Is, H})}, &Wsgu);
-        if (st.ok()) st = pack_weights({.w = make_view(as(sdn, sdnb), dt, {H, Is})}, &Wsdn);
-        std::vector<float> outf(static_cast<size_t>(T * H), NAN);
-        std::vector<uint16_t> outb(static_cast<size_t>(T * H), 0x7fc0);
-        MoeForwardParams p{.x = make_view(as(x, xb), dt, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = k,
-                           .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Wsgu, .shared_down = &Wsdn,
-                           .out = make_view(dt == DType::kF32 ? static_cast<void*>(outf.data()) : outb.data(), dt, {T, H})};
+        moe_testutil::LayerCase c;
+        c.dt = dt, c.T = T, c.H = 40, c.E = 16, c.I = I, c.Is = 2 * I, c.k = v3 ? 4 : 6, c.renorm = v3;
         if (v3) {
-          p.bias = make_view(bias.data(), DType::kF32, {E});
-          p.score = MoeScore::kSigmoid, p.n_group = 4, p.topk_group = 2, p.group_score = MoeGroupScore::kTop2Sum;
-          p.renormalize = true, p.routed_scaling_factor = 2.5f;
+          c.score = MoeScore::kSigmoid, c.bias = true, c.n_group = 4, c.topk_group = 2, c.gs = MoeGroupScore::kTop2Sum;
+          c.scaling = 2.5f;
         }
-        std::vector<uint8_t> ws(moe_forward_workspace_size(p));
-        if (st.ok()) st = moe_forward(p, {ws.data(), ws.size()});
-        const bool bf = dt == DType::kBF16;
-        auto rnd16 = [&](double v) { return bf ? double(bf16_to_f32(f32_to_bf16(float(v)))) : v; };
-        std::vector<double> got, ref, extra;
-        for (int64_t t = 0; t < T; ++t) {
-          std::vector<double> logits(static_cast<size_t>(E)), b(bias.begin(), bias.end());
-          for (int64_t e = 0; e < E; ++e)
-            for (int64_t h = 0; h < H; ++h) logits[size_t(e)] += double(x[size_t(t * H + h)]) * router[size_t(e * H + h)];
-          MoeGatingParams gp{.score = p.score, .n_group = p.n_group, .topk_group = p.topk_group, .group_score = p.group_score,
-                             .renormalize = p.renormalize, .routed_scaling_factor = p.routed_scaling_factor};
-          std::vector<int> ids;
-          std::vector<double> w;
-          moe_testutil::gating_ref(logits, v3 ? b : std::vector<double>{}, gp, k, ids, w);
-          std::vector<double> o(static_cast<size_t>(H), 0.0), on(static_cast<size_t>(H), 0.0);  // exact, naive bf16
-          auto mlp = [&](const std::vector<float>& gup, int64_t goff, const std::vector<float>& dwn, int64_t doff, int64_t II, double scale) {
-            std::vector<double> hh(static_cast<size_t>(II));
-            for (int64_t i = 0; i < II; ++i) {
-              double g = 0, u = 0;
-              for (int64_t h = 0; h < H; ++h) {
-                g += double(x[size_t(t * H + h)]) * gup[size_t(goff + i * H + h)];
-                u += double(x[size_t(t * H + h)]) * gup[size_t(goff + (II + i) * H + h)];
-              }
-              hh[size_t(i)] = moe_testutil::silu(g) * u;
-            }
-            for (int64_t h = 0; h < H; ++h) {
-              double s = 0, sn = 0;
-              for (int64_t i = 0; i < II; ++i) {
-                s += hh[size_t(i)] * dwn[size_t(doff + h * II + i)];
-                sn += rnd16(hh[size_t(i)]) * dwn[size_t(doff + h * II + i)];
-              }
-              o[size_t(h)] += scale * s;
-              on[size_t(h)] += scale * rnd16(sn);
-            }
-          };
-          for (int64_t j = 0; j < k; ++j) mlp(gu, ids[size_t(j)] * 2 * I * H, dn, ids[size_t(j)] * H * I, I, w[size_t(j)]);
-          mlp(sgu, 0, sdn, 0, Is, 1.0);
-          double mx = 0;
-          for (double v : o) mx = std::max(mx, std::fabs(v));
-          for (int64_t h = 0; h < H; ++h) {
-            ref.push_back(o[size_t(h)]);
-            got.push_back(bf ? double(bf16_to_f32(outb[size_t(t * H + h)])) : double(outf[size_t(t * H + h)]));
-            const double naive = rnd16(on[size_t(h)]);
-            extra.push_back(bf ? 2 * std::fabs(naive - o[size_t(h)]) + 2 * testing::kEpsBF16 * (std::fabs(o[size_t(h)]) + 0.05 * mx)
-                               : 1e-5 * (std::fabs(o[size_t(h)]) + mx));
-          }
-        }
-        const std::string cs = std::string(dtype_name(dt)) + " T=" + std::to_string(T) + " H=40 E=16 I=" + std::to_string(I) +
-                               " shared=" + std::to_string(Is) +
-                               (v3 ? " k=4 sigmoid+bias groups=4/2 top2 renorm scale=2.5" : " k=6 softmax");
-        out.push_back(verify::make_record("moe_forward", selected_impl("gemm"), cs, st, testing::compare(got, ref, {0, 0}, &extra)));
+        const moe_testutil::LayerOutcome o = moe_testutil::run_moe_forward(c, uint64_t(T * I + v3));
+        out.push_back(verify::make_record("moe_forward", selected_impl("gemm"), c.name(), o.status, o.cmp));
       }
+  set_num_threads(all);
 }
 
 OPTX_REGISTER_VERIFY("moe_forward", verify_forward);
