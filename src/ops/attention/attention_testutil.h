@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace optx::attn_detail::testutil {
 struct Outcome {
   Status status;
   testing::CompareResult out, lse;
+  std::vector<double> got_out, got_lse;  // what was compared, in logical order (tests compare two runs)
   bool pass() const { return status.ok() && out.pass && lse.pass; }
   std::string message() const { return !status.ok() ? status.message() : !out.pass ? "out: " + out.message : "lse: " + lse.message; }
 };
@@ -34,7 +36,73 @@ struct Buf {
     else h[i] = f32_to_bf16(v);
   }
   double get(size_t i) const { return dt == DType::kF32 ? double(f[i]) : double(bf16_to_f32(h[i])); }
+  uint32_t bits(size_t i) const {
+    uint32_t u = 0;
+    if (dt == DType::kF32) std::memcpy(&u, &f[i], 4);
+    else u = h[i];
+    return u;
+  }
 };
+
+// A tensor stored packed, or padded: `inner` spare elements after every row of the last
+// dimension and `outer` after every slice of each dimension above that, so the views'
+// strides in the dims above D (heads and tokens, in either order, and the batch) exceed
+// their packed sizes. Values are set by logical (packed) index, so a padded and a packed
+// tensor filled from the same Rng hold the same values. The padding holds a sentinel the
+// op must leave alone (check_padding).
+struct Stored {
+  static constexpr float kSentinel = 1234.5f;
+  int rank = 0;
+  int64_t sizes[kMaxRank] = {}, strides[kMaxRank] = {};
+  int64_t numel = 1;
+  Buf buf;
+  Stored(DType dt, std::initializer_list<int64_t> sz, int64_t inner = 0, int64_t outer = 0) : buf(dt, 0) {
+    for (int64_t x : sz) sizes[rank++] = x;
+    strides[rank - 1] = 1;
+    for (int d = rank - 2; d >= 0; --d) strides[d] = sizes[d + 1] * strides[d + 1] + (d == rank - 2 ? inner : outer);
+    for (int d = 0; d < rank; ++d) numel *= sizes[d];
+    buf = Buf(dt, size_t(std::max<int64_t>(sizes[0] * strides[0], 1)));  // trailing padding included
+    for (size_t i = 0; i < buf.f.size() + buf.h.size(); ++i) buf.set(i, kSentinel);
+  }
+  // Element offset of logical (packed) index n.
+  int64_t offset(int64_t n) const {
+    int64_t o = 0;
+    for (int d = rank - 1; d >= 0; --d) o += (n % sizes[d]) * strides[d], n /= sizes[d];
+    return o;
+  }
+  // Sets every logical element, in packed order, to f().
+  template <class F>
+  void fill(F&& f) {
+    for (int64_t n = 0; n < numel; ++n) buf.set(size_t(offset(n)), f());
+  }
+  double get(int64_t off) const { return buf.get(size_t(off)); }
+  TensorView view() {
+    TensorView t;
+    t.data = buf.data(), t.dtype = buf.dt, t.rank = rank;
+    std::copy(sizes, sizes + rank, t.sizes);
+    std::copy(strides, strides + rank, t.strides);
+    return t;
+  }
+  // "" if every element outside the logical tensor still holds the sentinel.
+  std::string check_padding(const char* name) const {
+    std::vector<bool> logical(buf.f.size() + buf.h.size(), false);
+    for (int64_t n = 0; n < numel; ++n) logical[size_t(offset(n))] = true;
+    Buf s(buf.dt, 1);
+    s.set(0, kSentinel);
+    for (size_t i = 0; i < logical.size(); ++i)
+      if (!logical[i] && buf.bits(i) != s.bits(0))
+        return std::string(name) + " padding element at offset " + std::to_string(i) + " was overwritten with " + std::to_string(buf.get(i));
+    return "";
+  }
+};
+
+// Marks a comparison failed with msg, unless it already failed (its message names the
+// worst coordinate, which says more).
+inline void fail_with(testing::CompareResult& r, const std::string& msg) {
+  if (msg.empty() || !r.pass) return;
+  r.pass = false;
+  r.message = msg;
+}
 
 // Naive attention for one query row over keys 0..Skv): returns lse, fills out.
 struct RowRef {
@@ -46,13 +114,17 @@ RowRef naive_row(int64_t D, int64_t Dv, int64_t Skv, double scale, double softca
   std::vector<double> s(static_cast<size_t>(std::max<int64_t>(Skv, 1)));
   double m = -INFINITY;
   for (int64_t j = 0; j < Skv; ++j) {
+    // Visibility first: hidden keys skip the dot product (long windowed cases stay cheap).
+    double bias = 0;
+    if (!visible_bias(j, &bias)) {
+      s[size_t(j)] = -INFINITY;
+      continue;
+    }
     double x = 0;
     for (int64_t d = 0; d < D; ++d) x += q(d) * k(j, d);
     x *= scale;
     if (softcap > 0) x = softcap * std::tanh(x / softcap);
-    double bias = 0;
-    if (!visible_bias(j, &bias)) x = -INFINITY;
-    else x += bias;
+    x += bias;
     s[size_t(j)] = x;
     m = std::max(m, x);
   }
@@ -93,6 +165,10 @@ struct FlashCase {
   bool causal = false;
   int64_t wl = -1, wr = -1;
   bool mask = false, bias = false, sinks = false;
+  // Broadcast shapes: mask [B|1, Nq|1, Sq, Skv] and bias likewise (true: the full dim).
+  bool mask_b = true, mask_h = false, bias_b = false, bias_h = true;
+  bool strided = false;  // q, k, v, out padded (Stored), each with its own padding
+  bool lse = true;       // false: no lse output (an empty view)
   float softcap = 0.0f, scale = 0.0f, magnitude = 1.0f;
   std::vector<int32_t> lens_q, lens_kv;  // TND only
   std::string name() const {
@@ -101,6 +177,12 @@ struct FlashCase {
     os << "dtype=" << dtype_name(dtype) << " layout=" << ls[int(layout)] << " B=" << B << " Sq=" << Sq << " Skv=" << Skv << " Nq=" << Nq
        << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv << " causal=" << causal << " window=" << wl << "," << wr << " mask=" << mask
        << " bias=" << bias << " sinks=" << sinks << " softcap=" << softcap << " mag=" << magnitude;
+    // Only when not the default, so verify's row names stay as they were.
+    if (mask) os << " mask_shape=" << (mask_b ? "B" : "1") << "," << (mask_h ? "N" : "1");
+    if (bias) os << " bias_shape=" << (bias_b ? "B" : "1") << "," << (bias_h ? "N" : "1");
+    if (scale != 0.0f) os << " scale=" << scale;
+    if (strided) os << " strided";
+    if (!lse) os << " no_lse";
     if (layout == AttnLayout::kTND) {
       os << " lens=";
       for (size_t i = 0; i < lens_q.size(); ++i) os << (i ? "/" : "") << lens_q[i] << ":" << lens_kv[i];
@@ -109,6 +191,9 @@ struct FlashCase {
   }
 };
 
+// Runs one case and compares out and lse with naive_row. Beyond the tolerances: a row with
+// no visible key must be exactly 0 (lse -inf without a sink), and with c.strided the
+// padding of out must keep its sentinel.
 inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase& c, uint64_t seed = 1) {
   testing::Rng rng(seed);
   const bool tnd = c.layout == AttnLayout::kTND;
@@ -119,29 +204,37 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
     cu_kv[size_t(b + 1)] = cu_kv[size_t(b)] + (tnd ? c.lens_kv[size_t(b)] : int32_t(c.Skv));
   }
   const int64_t Tq = cu_q[size_t(B)], Tkv = cu_kv[size_t(B)];
-  // Element offsets of (b, pos, head) in each layout; flat buffers sized for the layout.
-  auto off = [&](bool isq, int64_t b, int64_t pos, int64_t h, int64_t N, int64_t S, int64_t Dd) -> int64_t {
-    if (tnd) return ((isq ? cu_q : cu_kv)[size_t(b)] + pos) * N * Dd + h * Dd;
-    if (c.layout == AttnLayout::kBSND) return ((b * S + pos) * N + h) * Dd;
-    return ((b * N + h) * S + pos) * Dd;
+  // Each tensor in the case's layout; with c.strided padded, each differently so that a
+  // kernel using one tensor's strides for another fails.
+  auto make = [&](int64_t N, int64_t S, int64_t Dd, int64_t T, int64_t inner, int64_t outer) {
+    if (!c.strided) inner = outer = 0;
+    if (tnd) return Stored(c.dtype, {T, N, Dd}, inner, outer);
+    if (c.layout == AttnLayout::kBSND) return Stored(c.dtype, {B, S, N, Dd}, inner, outer);
+    return Stored(c.dtype, {B, N, S, Dd}, inner, outer);
   };
-  const int64_t nq = (tnd ? Tq : B * c.Sq) * c.Nq, nkv = (tnd ? Tkv : B * c.Skv) * c.Nkv;
-  Buf q(c.dtype, size_t(std::max<int64_t>(nq * c.D, 1))), k(c.dtype, size_t(std::max<int64_t>(nkv * c.D, 1))),
-      v(c.dtype, size_t(std::max<int64_t>(nkv * c.Dv, 1))), out(c.dtype, size_t(std::max<int64_t>(nq * c.Dv, 1)));
-  for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, c.magnitude * rng.uniform());
-  for (size_t i = 0; i < k.f.size() + k.h.size(); ++i) k.set(i, rng.uniform());
-  for (size_t i = 0; i < v.f.size() + v.h.size(); ++i) v.set(i, rng.uniform());
-  for (size_t i = 0; i < out.f.size() + out.h.size(); ++i) out.set(i, NAN);  // poisoned
+  Stored q = make(c.Nq, c.Sq, c.D, Tq, 3, 5), k = make(c.Nkv, c.Skv, c.D, Tkv, 1, 7), v = make(c.Nkv, c.Skv, c.Dv, Tkv, 6, 2),
+         out = make(c.Nq, c.Sq, c.Dv, Tq, 2, 9);
+  // Element offset of (sequence b, position pos, head h) in t.
+  auto off = [&](const Stored& t, bool isq, int64_t b, int64_t pos, int64_t h) -> int64_t {
+    if (tnd) return ((isq ? cu_q : cu_kv)[size_t(b)] + pos) * t.strides[0] + h * t.strides[1];
+    if (c.layout == AttnLayout::kBSND) return b * t.strides[0] + pos * t.strides[1] + h * t.strides[2];
+    return b * t.strides[0] + h * t.strides[1] + pos * t.strides[2];
+  };
+  q.fill([&] { return c.magnitude * rng.uniform(); });
+  k.fill([&] { return rng.uniform(); });
+  v.fill([&] { return rng.uniform(); });
+  out.fill([] { return NAN; });  // poisoned
   std::vector<float> lse(size_t(std::max<int64_t>(tnd ? c.Nq * Tq : B * c.Nq * c.Sq, 1)), NAN);
   std::vector<int8_t> mask;
   std::vector<float> bias, sinks;
-  if (c.mask) {  // [B, 1, Sq, Skv], roughly one key in five hidden, plus whole rows for row 0
-    mask.resize(size_t(B * c.Sq * c.Skv));
+  const int64_t mB = c.mask_b ? B : 1, mN = c.mask_h ? c.Nq : 1, bB = c.bias_b ? B : 1, bN = c.bias_h ? c.Nq : 1;
+  if (c.mask) {  // roughly one key in five hidden, plus the whole of row 0 of the first slice
+    mask.resize(size_t(mB * mN * c.Sq * c.Skv));
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = rng.below(5) != 0;
     for (int64_t j = 0; j < c.Skv; ++j) mask[size_t(j)] = 0;
   }
-  if (c.bias) {  // [1, Nq, Sq, Skv]
-    bias.resize(size_t(c.Nq * c.Sq * c.Skv));
+  if (c.bias) {
+    bias.resize(size_t(bB * bN * c.Sq * c.Skv));
     for (auto& x : bias) x = rng.uniform(-2, 2);
   }
   if (c.sinks) {
@@ -150,16 +243,8 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
   }
   FlashAttentionParams p;
   p.layout = c.layout;
-  auto view = [&](Buf& b, int64_t N, int64_t S, int64_t Dd, int64_t T) {
-    if (tnd) return make_view(b.data(), c.dtype, {T, N, Dd});
-    if (c.layout == AttnLayout::kBSND) return make_view(b.data(), c.dtype, {B, S, N, Dd});
-    return make_view(b.data(), c.dtype, {B, N, S, Dd});
-  };
-  p.q = view(q, c.Nq, c.Sq, c.D, Tq);
-  p.k = view(k, c.Nkv, c.Skv, c.D, Tkv);
-  p.v = view(v, c.Nkv, c.Skv, c.Dv, Tkv);
-  p.out = view(out, c.Nq, c.Sq, c.Dv, Tq);
-  p.lse = tnd ? make_view(lse.data(), DType::kF32, {c.Nq, Tq}) : make_view(lse.data(), DType::kF32, {B, c.Nq, c.Sq});
+  p.q = q.view(), p.k = k.view(), p.v = v.view(), p.out = out.view();
+  if (c.lse) p.lse = tnd ? make_view(lse.data(), DType::kF32, {c.Nq, Tq}) : make_view(lse.data(), DType::kF32, {B, c.Nq, c.Sq});
   if (tnd) {
     p.cu_seqlens_q = make_view(cu_q.data(), DType::kI32, {B + 1});
     p.cu_seqlens_kv = make_view(cu_kv.data(), DType::kI32, {B + 1});
@@ -169,15 +254,17 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
   p.window_left = c.wl;
   p.window_right = c.wr;
   p.softcap = c.softcap;
-  if (c.mask) p.mask = make_view(mask.data(), DType::kI8, {B, 1, c.Sq, c.Skv});
-  if (c.bias) p.bias = make_view(bias.data(), DType::kF32, {1, c.Nq, c.Sq, c.Skv});
+  if (c.mask) p.mask = make_view(mask.data(), DType::kI8, {mB, mN, c.Sq, c.Skv});
+  if (c.bias) p.bias = make_view(bias.data(), DType::kF32, {bB, bN, c.Sq, c.Skv});
   if (c.sinks) p.sinks = make_view(sinks.data(), DType::kF32, {c.Nq});
   std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   Outcome o;
   o.status = flash_run(impl.fn(), p, {ws.data(), ws.size()});
   if (!o.status.ok()) return o;
 
-  std::vector<double> got, ref, glse, rlse;
+  std::vector<double> ref, rlse;
+  std::vector<double>&got = o.got_out, &glse = o.got_lse;
+  std::string empty_row_error;
   const double scale = c.scale != 0.0f ? c.scale : 1.0 / std::sqrt(double(c.D));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t Sq = cu_q[size_t(b + 1)] - cu_q[size_t(b)], Skv = cu_kv[size_t(b + 1)] - cu_kv[size_t(b)];
@@ -185,30 +272,38 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
       const int64_t g = h / (c.Nq / c.Nkv);
       for (int64_t i = 0; i < Sq; ++i) {
         const int64_t diag = i + Skv - Sq;
+        int64_t seen = 0;  // visible keys of this row
         auto vis = [&](int64_t j, double* bias_out) {
           if (c.causal && j > diag) return false;
           if (c.wl >= 0 && j < diag - c.wl) return false;
           if (c.wr >= 0 && j > diag + c.wr) return false;
-          if (c.mask && mask[size_t((b * c.Sq + i) * c.Skv + j)] == 0) return false;
-          if (c.bias) *bias_out = bias[size_t((h * c.Sq + i) * c.Skv + j)];
+          if (c.mask && mask[size_t((((c.mask_b ? b : 0) * mN + (c.mask_h ? h : 0)) * c.Sq + i) * c.Skv + j)] == 0) return false;
+          if (c.bias) *bias_out = bias[size_t((((c.bias_b ? b : 0) * bN + (c.bias_h ? h : 0)) * c.Sq + i) * c.Skv + j)];
+          ++seen;
           return true;
         };
         const RowRef rr = naive_row(
             c.D, c.Dv, Skv, scale, c.softcap, c.sinks ? double(sinks[size_t(h)]) : -INFINITY,
-            [&](int64_t d) { return q.get(size_t(off(true, b, i, h, c.Nq, c.Sq, c.D) + d)); },
-            [&](int64_t j, int64_t d) { return k.get(size_t(off(false, b, j, g, c.Nkv, c.Skv, c.D) + d)); },
-            [&](int64_t j, int64_t d) { return v.get(size_t(off(false, b, j, g, c.Nkv, c.Skv, c.Dv) + d)); }, vis);
+            [&](int64_t d) { return q.get(off(q, true, b, i, h) + d); }, [&](int64_t j, int64_t d) { return k.get(off(k, false, b, j, g) + d); },
+            [&](int64_t j, int64_t d) { return v.get(off(v, false, b, j, g) + d); }, vis);
         for (int64_t d = 0; d < c.Dv; ++d) {
           ref.push_back(rr.out[size_t(d)]);
-          got.push_back(out.get(size_t(off(true, b, i, h, c.Nq, c.Sq, c.Dv) + d)));
+          got.push_back(out.get(off(out, true, b, i, h) + d));
+          if (seen == 0 && got.back() != 0.0 && empty_row_error.empty())
+            empty_row_error = "row (b=" + std::to_string(b) + ", h=" + std::to_string(h) + ", i=" + std::to_string(i) +
+                              ") sees no key but out[" + std::to_string(d) + "]=" + std::to_string(got.back()) + ", not 0";
         }
-        rlse.push_back(rr.lse);
-        glse.push_back(tnd ? lse[size_t(h * Tq + cu_q[size_t(b)] + i)] : lse[size_t((b * c.Nq + h) * c.Sq + i)]);
+        if (c.lse) {
+          rlse.push_back(rr.lse);
+          glse.push_back(tnd ? lse[size_t(h * Tq + cu_q[size_t(b)] + i)] : lse[size_t((b * c.Nq + h) * c.Sq + i)]);
+        }
       }
     }
   }
   o.out = compare_out(got, ref, c.dtype == DType::kBF16);
-  o.lse = compare_lse(glse, rlse);
+  fail_with(o.out, empty_row_error);
+  if (c.strided) fail_with(o.out, out.check_padding("out"));
+  o.lse = compare_lse(glse, rlse);  // exact -inf for rows without keys: Inf positions must match
   return o;
 }
 
@@ -219,11 +314,13 @@ struct DecodeCase {
   int64_t B = 2, Sq = 1, Nq = 8, Nkv = 2, D = 64, Dv = 64;  // mla: D = rank + rope, Dv = rank, Nkv = 1
   std::vector<int32_t> lens = {37, 130};
   int64_t block_size = 16;
+  bool strided = false;  // q and out padded (Stored), out's padding checked for its sentinel
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << " B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv
        << " block=" << block_size << " lens=";
     for (size_t i = 0; i < lens.size(); ++i) os << (i ? "/" : "") << lens[i];
+    if (strided) os << " strided";
     return os.str();
   }
 };
@@ -246,18 +343,20 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t j = 0; j * bs < c.lens[size_t(b)]; ++j) tables[size_t(b * max_blocks + j)] = ids[size_t(next++)];
   const int64_t kw = c.Nkv * c.D, vw = c.Nkv * c.Dv;
-  Buf kc(c.dtype, size_t(slots * kw)), vc(c.dtype, size_t(c.mla ? 1 : slots * vw)), q(c.dtype, size_t(c.B * c.Sq * c.Nq * c.D)),
-      out(c.dtype, size_t(c.B * c.Sq * c.Nq * c.Dv));
+  Buf kc(c.dtype, size_t(slots * kw)), vc(c.dtype, size_t(c.mla ? 1 : slots * vw));
+  Stored q(c.dtype, {c.B, c.Sq, c.Nq, c.D}, c.strided ? 3 : 0, c.strided ? 5 : 0),
+      out(c.dtype, {c.B, c.Sq, c.Nq, c.Dv}, c.strided ? 2 : 0, c.strided ? 9 : 0);
+  auto at = [](const Stored& t, int64_t b, int64_t i, int64_t h) { return b * t.strides[0] + i * t.strides[1] + h * t.strides[2]; };
   for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, rng.uniform());
   for (size_t i = 0; i < vc.f.size() + vc.h.size(); ++i) vc.set(i, rng.uniform());
-  for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, rng.uniform(-2, 2));
-  for (size_t i = 0; i < out.f.size() + out.h.size(); ++i) out.set(i, NAN);
+  q.fill([&] { return rng.uniform(-2, 2); });
+  out.fill([] { return NAN; });  // poisoned
   std::vector<float> lse(size_t(c.B * c.Nq * c.Sq), NAN);
   std::vector<int32_t> lens(c.lens);
   Outcome o;
   std::vector<uint8_t> ws;
-  const TensorView qv = make_view(q.data(), c.dtype, {c.B, c.Sq, c.Nq, c.D});
-  const TensorView ov = make_view(out.data(), c.dtype, {c.B, c.Sq, c.Nq, c.Dv});
+  const TensorView qv = q.view();
+  const TensorView ov = out.view();
   const TensorView lv = make_view(lse.data(), DType::kF32, {c.B, c.Nq, c.Sq});
   const TensorView tv = make_view(tables.data(), DType::kI32, {c.B, max_blocks});
   const TensorView sv = make_view(lens.data(), DType::kI32, {c.B});
@@ -322,7 +421,8 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
     o.status = paged_run(impl.fn(), p, {ws.data(), ws.size()});
   }
   if (!o.status.ok()) return o;
-  std::vector<double> got, ref, glse, rlse, ref_naive, lse_naive;
+  std::vector<double> ref, rlse, ref_naive, lse_naive;
+  std::vector<double>&got = o.got_out, &glse = o.got_lse;
   const double scale = c.mla ? 0.1 : 1.0 / std::sqrt(double(c.D));
   for (int64_t b = 0; b < c.B; ++b) {
     const int64_t L = c.lens[size_t(b)];
@@ -340,7 +440,7 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
             return exact && c.i8 ? v8.exact(slot(j), g * c.Dv + d) : vc.get(size_t(slot(j) * vw + g * c.Dv + d));
           };
           return naive_row(
-              c.D, c.Dv, L, scale, 0.0, -INFINITY, [&](int64_t d) { return q.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.D + d)); }, key,
+              c.D, c.Dv, L, scale, 0.0, -INFINITY, [&](int64_t d) { return q.get(at(q, b, i, h) + d); }, key,
               value, [&](int64_t j, double*) { return j <= diag; });
         };
         const RowRef rr = row_ref(true);
@@ -348,7 +448,7 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
         for (int64_t d = 0; d < c.Dv; ++d) {
           ref.push_back(rr.out[size_t(d)]);
           ref_naive.push_back(rn.out[size_t(d)]);
-          got.push_back(out.get(size_t(((b * c.Sq + i) * c.Nq + h) * c.Dv + d)));
+          got.push_back(out.get(at(out, b, i, h) + d));
         }
         rlse.push_back(rr.lse);
         lse_naive.push_back(rn.lse);
@@ -363,6 +463,7 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   };
   const std::vector<double> extra_out = twice_naive(ref_naive, ref), extra_lse = twice_naive(lse_naive, rlse);
   o.out = compare_out(got, ref, c.dtype == DType::kBF16, &extra_out);
+  if (c.strided) fail_with(o.out, out.check_padding("out"));
   o.lse = compare_lse(glse, rlse, &extra_lse);
   return o;
 }
