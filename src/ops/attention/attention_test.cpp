@@ -1,7 +1,8 @@
 // Attention family: every runnable implementation against a naive double-precision
-// softmax(q k^T) v on edge cases (lengths, head dims, GQA ratios, layouts, masks, windows
-// that hide everything, sinks, softcap, large logits, empty sequences), split vs unsplit
-// decode, attention_update, bad inputs.
+// softmax(q k^T) v on edge cases (lengths up to 1023, head dims, GQA ratios, layouts,
+// strided views, explicit scale, masks and biases in every broadcast shape, windows that
+// hide whole rows, sinks, softcap, large logits, empty sequences, no lse), split vs
+// unsplit decode, attention_update against a merge in double, bad inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,133 @@ TEST(FlashAttention, FullyMaskedRowsGiveZeroAndMinusInf) {
   }
   EXPECT_NEAR(out[6 * 16], 3.0f, 1e-6);
   EXPECT_NEAR(lse[7], std::log(2.0) + 16.0 / 4.0, 1e-5);  // two keys, score 16 / sqrt(16)
+}
+
+// A row's diagonal sits at key i + Skv - Sq (bottom-right alignment), so with Sq > Skv a
+// window that ends at most `right` keys past the diagonal ends before key 0 for the top
+// rows: they see nothing and must give out = 0, lse = -inf (no NaN), while later rows of
+// the same job tile see a few keys. (With Sq <= Skv a window always holds the diagonal.)
+TEST(FlashAttention, WindowsThatHideWholeRows) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kBNSD})
+      // rows 0..58 empty: three whole 16-row tiles (Nq/Nkv = 2) and part of a fourth
+      for (auto [Sq, Skv, Nq, Nkv, wl, wr] : {std::tuple{70, 9, 2, 1, 3, 2},
+                                             {40, 17, 4, 2, 0, 0},      // one key per row (the diagonal), rows 0..22 empty
+                                             {33, 8, 4, 4, -1, 1}}) {  // right edge only: rows 0..23 empty
+        FlashCase c;
+        c.dtype = dt, c.layout = l, c.Sq = Sq, c.Skv = Skv, c.Nq = Nq, c.Nkv = Nkv, c.wl = wl, c.wr = wr;
+        cs.push_back(c);
+      }
+  FlashCase c;  // the same with sinks: empty rows give out = 0, lse = sink
+  c.Sq = 70, c.Skv = 9, c.Nq = 2, c.Nkv = 1, c.wl = 3, c.wr = 2, c.sinks = true;
+  cs.push_back(c);
+  FlashCase t;  // varlen: sequence 0 and 2 have empty top rows, sequence 1 none
+  t.layout = AttnLayout::kTND, t.Nq = 4, t.Nkv = 2, t.wl = 2, t.wr = 0;
+  t.lens_q = {40, 5, 3}, t.lens_kv = {17, 20, 1};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    t.dtype = dt;
+    cs.push_back(t);
+  }
+  expect_all(cs);
+}
+
+// q, k, v and out with row strides above their packed size (padding after every head
+// row and every token / head slice, different per tensor): the same values as the packed
+// case must give bitwise the same result (strides only move addresses), within the
+// reference's tolerance, with out's padding untouched (run_flash checks its sentinel).
+TEST(FlashAttention, StridedViewsMatchContiguous) {
+  for (const auto* impl : flash_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kBNSD, AttnLayout::kTND})
+        for (auto [Sq, Skv, Nq, Nkv, D, causal] : {std::tuple{17, 40, 4, 2, 64, true}, {33, 33, 8, 1, 80, false}}) {
+          FlashCase c;
+          c.dtype = dt, c.layout = l, c.B = 2, c.Sq = Sq, c.Skv = Skv, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.causal = causal;
+          if (l == AttnLayout::kTND) c.lens_q = {Sq, 5}, c.lens_kv = {Skv, 9};
+          const auto packed = testutil::run_flash(*impl, c, 11);
+          c.strided = true;
+          const auto strided = testutil::run_flash(*impl, c, 11);
+          EXPECT_TRUE(strided.pass()) << impl->name << " " << c.name() << ": " << strided.message();
+          EXPECT_TRUE(packed.pass()) << impl->name << " " << c.name() << " (packed): " << packed.message();
+          EXPECT_TRUE(strided.got_out == packed.got_out && strided.got_lse == packed.got_lse)
+              << impl->name << " " << c.name() << ": strided result differs from the packed one";
+        }
+}
+
+// An explicit scale replaces 1/sqrt(D): a kernel that ignored it, or applied both, fails.
+TEST(FlashAttention, ExplicitScale) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [scale, l, causal] : {std::tuple{0.3f, AttnLayout::kBSND, true}, {1.7f, AttnLayout::kBNSD, false}}) {
+      FlashCase c;
+      c.dtype = dt, c.layout = l, c.Sq = 17, c.Skv = 40, c.Nq = 4, c.Nkv = 2, c.scale = scale, c.causal = causal;
+      cs.push_back(c);
+    }
+  FlashCase c;  // with softcap: scale applies before the cap
+  c.scale = 0.9f, c.softcap = 2.0f, c.Skv = 70;
+  cs.push_back(c);
+  expect_all(cs);
+}
+
+// B = 2 with every broadcast shape the API allows: mask [B|1, Nq|1, Sq, Skv] and bias
+// likewise. A kernel that indexed a [1, ..] tensor by batch, or a [B, ..] one without it,
+// reads other values (or outside the tensor) for batch 1.
+TEST(FlashAttention, MaskAndBiasBroadcastOverBatchAndHeads) {
+  std::vector<FlashCase> cs;
+  for (auto [dt, l] : {std::pair{DType::kF32, AttnLayout::kBSND}, {DType::kBF16, AttnLayout::kBNSD}})
+    for (int ms = 0; ms < 4; ++ms)
+      for (int bs = 0; bs < 4; ++bs) {
+        FlashCase c;
+        c.dtype = dt, c.layout = l, c.B = 2, c.Sq = 17, c.Skv = 40, c.Nq = 4, c.Nkv = 2, c.mask = true, c.bias = true;
+        c.mask_b = ms & 1, c.mask_h = ms & 2, c.bias_b = bs & 1, c.bias_h = bs & 2;
+        cs.push_back(c);
+      }
+  expect_all(cs);
+}
+
+// Varlen sequences with queries but no keys (first, middle, last, and a batch with no
+// keys at all): their rows give out = 0 and lse = -inf (with a sink: lse = sink), no NaN.
+TEST(FlashAttention, VarlenSequenceWithQueriesButNoKeys) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [lq, lkv] : {std::pair{std::vector<int32_t>{3, 5, 2, 4}, std::vector<int32_t>{0, 9, 0, 0}},
+                           {std::vector<int32_t>{2, 33}, std::vector<int32_t>{0, 0}}})
+      for (int variant = 0; variant < 3; ++variant) {
+        FlashCase c;
+        c.dtype = dt, c.layout = AttnLayout::kTND, c.Nq = 4, c.Nkv = 2, c.lens_q = lq, c.lens_kv = lkv;
+        c.causal = variant == 1, c.wl = variant == 1 ? 3 : -1, c.sinks = variant == 2;
+        cs.push_back(c);
+      }
+  expect_all(cs);
+}
+
+// The lse output is optional: without it, out must be bitwise what it is with it.
+TEST(FlashAttention, WithoutLseSameOutput) {
+  for (const auto* impl : flash_registry().runnable())
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kTND}) {
+        FlashCase c;
+        c.dtype = dt, c.layout = l, c.Sq = 33, c.Skv = 40, c.Nq = 4, c.Nkv = 2, c.causal = true, c.sinks = true;
+        if (l == AttnLayout::kTND) c.lens_q = {33, 0, 7}, c.lens_kv = {40, 3, 5};
+        const auto with = testutil::run_flash(*impl, c, 21);
+        c.lse = false;
+        const auto without = testutil::run_flash(*impl, c, 21);
+        EXPECT_TRUE(without.pass()) << impl->name << " " << c.name() << ": " << without.message();
+        EXPECT_TRUE(with.pass()) << impl->name << " " << c.name() << " (with lse): " << with.message();
+        EXPECT_TRUE(without.got_out == with.got_out) << impl->name << " " << c.name() << ": out differs from the run with lse";
+      }
+}
+
+// Sq = 1023 (not a multiple of any tile): a sliding-window causal prefill over many query
+// tiles (bf16, D = 32: the AMX kernel where the host has it) and full rows over few keys.
+TEST(FlashAttention, LongQueryLength1023) {
+  std::vector<FlashCase> cs;
+  FlashCase c;
+  c.dtype = DType::kBF16, c.Sq = 1023, c.Skv = 1023, c.Nq = 2, c.Nkv = 1, c.D = 32, c.Dv = 32, c.causal = true, c.wl = 100;
+  cs.push_back(c);
+  c.dtype = DType::kF32, c.layout = AttnLayout::kBNSD, c.Skv = 37, c.causal = false, c.wl = -1, c.D = 16, c.Dv = 16;
+  cs.push_back(c);
+  expect_all(cs);
 }
 
 TEST(PagedDecode, MatchesNaiveSplitOrNot) {
