@@ -241,6 +241,37 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
   set_num_threads(0);
 }
 
+// Paged decode with q and out rows padded (token and head strides above their packed
+// size): the same values as the packed case give bitwise the same out and lse, within the
+// reference, with out's padding untouched (run_decode checks its sentinel). The cases
+// take the one-KV-head job path, the all-heads few-row path (bf16, <= 8 rows per KV head)
+// and, at 2 threads, the split path whose merge writes out.
+TEST(PagedDecode, StridedQAndOut) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : paged_registry().runnable())
+      for (DType dt : {DType::kF32, DType::kBF16})
+        for (bool i8 : {false, true})
+          for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{2, 1, 8, 2, 64, std::vector<int32_t>{37, 100}},
+                                                 {2, 3, 12, 4, 80, std::vector<int32_t>{3, 70}},
+                                                 {1, 2, 8, 2, 64, std::vector<int32_t>{520}}}) {
+            // The long case only where it splits (2 threads), the others where they do not;
+            // the merge that writes a split's out is the same for i8 caches.
+            if ((threads == 2) != (lens.back() >= 512) || (threads == 2 && i8)) continue;
+            DecodeCase c;
+            c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
+            const auto packed = testutil::run_decode(*impl, c, uint64_t(D + B));
+            c.strided = true;
+            const auto strided = testutil::run_decode(*impl, c, uint64_t(D + B));
+            EXPECT_TRUE(strided.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << strided.message();
+            EXPECT_TRUE(packed.pass()) << threads << " threads, " << impl->name << " " << c.name() << " (packed): " << packed.message();
+            EXPECT_TRUE(strided.got_out == packed.got_out && strided.got_lse == packed.got_lse)
+                << threads << " threads, " << impl->name << " " << c.name() << ": strided result differs from the packed one";
+          }
+  }
+  set_num_threads(0);
+}
+
 // The cache in q's dtype and in the i8 layout kv_rms_norm_rope_cache writes (per-token
 // scales, some tokens all zero, rope part in the q dtype), through every kernel and both
 // split paths.
