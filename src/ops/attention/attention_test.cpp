@@ -383,6 +383,58 @@ TEST(AttentionUpdate, MergesPartialsLikeOnePass) {
   EXPECT_EQ(lmerged[0], -INFINITY);
 }
 
+// attention_update against a merge in double written here: per row
+//   m = max_i lse_i, w_i = exp(lse_i - m), out = sum_i w_i O_i / sum_i w_i, lse = m + log sum_i w_i.
+// Three partials; rows where some are empty (lse = -inf, outputs NaN: the API says they
+// contribute nothing) and others finite, all empty (out exactly 0, lse -inf), one far
+// below the rest, large lses; Dv = 300 crosses a 256-column chunk. f32 and bf16 out with
+// padded rows, poisoned with NaN, the padding checked for its sentinel.
+TEST(AttentionUpdate, ThreePartialsSomeEmptyAgainstDoubleMerge) {
+  constexpr int64_t P = 3, R = 8, Dv = 300;
+  constexpr float I = INFINITY;
+  const float lse_of[R][P] = {{-1.0f, 0.5f, 2.0f}, {-I, 0.3f, -0.7f}, {1.0f, -I, 4.0f}, {2.5f, -I, -I},
+                              {-I, -I, -I},        {0.0f, -200.0f, 1.0f}, {80.0f, 85.0f, 79.0f}, {-I, -3.0f, -I}};
+  testing::Rng rng(8);
+  std::vector<float> outs(size_t(P * R * Dv)), lses(size_t(P * R));
+  for (int64_t i = 0; i < P; ++i)
+    for (int64_t r = 0; r < R; ++r) {
+      lses[size_t(i * R + r)] = lse_of[r][i];
+      for (int64_t d = 0; d < Dv; ++d) outs[size_t((i * R + r) * Dv + d)] = lse_of[r][i] == -I ? NAN : rng.uniform(-3, 3);
+    }
+  std::vector<double> ref(size_t(R * Dv), 0.0), rlse(size_t(R), -INFINITY);
+  for (int64_t r = 0; r < R; ++r) {
+    double m = -INFINITY;
+    for (int64_t i = 0; i < P; ++i) m = std::max(m, double(lse_of[r][i]));
+    if (m == -INFINITY) continue;
+    double sum = 0;
+    for (int64_t i = 0; i < P; ++i) {
+      if (lse_of[r][i] == -I) continue;
+      const double w = std::exp(double(lse_of[r][i]) - m);
+      sum += w;
+      for (int64_t d = 0; d < Dv; ++d) ref[size_t(r * Dv + d)] += w * double(outs[size_t((i * R + r) * Dv + d)]);
+    }
+    for (int64_t d = 0; d < Dv; ++d) ref[size_t(r * Dv + d)] /= sum;
+    rlse[size_t(r)] = m + std::log(sum);
+  }
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    testutil::Stored out(dt, {R, Dv}, /*inner=*/5);
+    out.fill([] { return NAN; });
+    std::vector<float> lse(size_t(R), NAN);
+    const Status st = attention_update({.outs = make_view(outs.data(), DType::kF32, {P, R, Dv}),
+                                        .lses = make_view(lses.data(), DType::kF32, {P, R}), .out = out.view(),
+                                        .lse = make_view(lse.data(), DType::kF32, {R})});
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<double> got, glse(lse.begin(), lse.end());
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t d = 0; d < Dv; ++d) got.push_back(out.get(r * out.strides[0] + d));
+    const auto co = testutil::compare_out(got, ref, dt == DType::kBF16), cl = testutil::compare_lse(glse, rlse);
+    EXPECT_TRUE(co.pass) << dtype_name(dt) << " out: " << co.message;
+    EXPECT_TRUE(cl.pass) << dtype_name(dt) << " lse: " << cl.message;
+    for (int64_t d = 0; d < Dv; ++d) ASSERT_EQ(got[size_t(4 * Dv + d)], 0.0) << dtype_name(dt) << " all-empty row, column " << d;
+    EXPECT_EQ(out.check_padding("out"), "") << dtype_name(dt);
+  }
+}
+
 TEST(AttentionBadInput, MessagesNameTheArgument) {
   std::vector<float> q(2 * 4 * 64), k(2 * 3 * 64), out(2 * 4 * 64);
   FlashAttentionParams p{.q = make_view(q.data(), DType::kF32, {1, 2, 4, 64}), .k = make_view(k.data(), DType::kF32, {1, 2, 3, 64}),
