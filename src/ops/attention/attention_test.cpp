@@ -241,6 +241,39 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
   set_num_threads(0);
 }
 
+// The same decode at 1 thread (one job per sequence and KV head) and at 2 (the KV axis
+// split across threads, partials merged by log-sum-exp): the 2-thread call must ask for
+// the split's partial buffers, and the two outputs agree to the rounding the split moves
+// (f32: 1e-5; bf16: the P tiles round exp(s - running max) to bf16 and each split has its
+// own running max, so two bf16 ulps of the output's scale).
+TEST(Decode, SplitAgreesWithUnsplit) {
+  for (bool mla : {false, true}) {
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (int kernel = 0; kernel < 2; ++kernel) {
+        DecodeCase c;
+        c.dtype = dt, c.B = 1, c.Sq = 1, c.lens = {700};
+        if (mla) c.mla = true, c.Nq = 16, c.Nkv = 1, c.D = 64 + 32, c.Dv = 64, c.block_size = 64;
+        else c.Nq = 4, c.Nkv = 1, c.D = c.Dv = 64;
+        const auto& reg = mla ? mla_registry() : paged_registry();
+        const auto runnable = reg.runnable();
+        const auto* impl = kernel == 0 ? runnable.front() : runnable.back();  // best and reference
+        set_num_threads(1);
+        const auto one = testutil::run_decode(*impl, c, 11);
+        set_num_threads(2);
+        const auto two = testutil::run_decode(*impl, c, 11);
+        set_num_threads(0);
+        ASSERT_TRUE(one.pass() && two.pass()) << impl->name << " " << c.name() << ": " << one.message() << " / " << two.message();
+        EXPECT_GT(two.ws_bytes, one.ws_bytes) << impl->name << " " << c.name() << ": no split planned at 2 threads";
+        const double tol = dt == DType::kF32 ? 1e-5 : 2 * testing::kEpsBF16;
+        double mx = 0;
+        for (double v : one.got_out) mx = std::max(mx, std::fabs(v));
+        const auto agree = testing::compare(two.got_out, one.got_out, {tol * mx, tol});
+        EXPECT_TRUE(agree.pass) << impl->name << " " << c.name() << ": split vs unsplit: " << agree.message;
+        EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << impl->name << " " << c.name();
+      }
+  }
+}
+
 // Paged decode with q and out rows padded (token and head strides above their packed
 // size): the same values as the packed case give bitwise the same out and lse, within the
 // reference, with out's padding untouched (run_decode checks its sentinel). The cases

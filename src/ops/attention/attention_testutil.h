@@ -20,6 +20,7 @@ struct Outcome {
   Status status;
   testing::CompareResult out, lse;
   std::vector<double> got_out, got_lse;  // what was compared, in logical order (tests compare two runs)
+  size_t ws_bytes = 0;                    // the workspace the op asked for (a KV split adds its partials)
   bool pass() const { return status.ok() && out.pass && lse.pass; }
   std::string message() const { return !status.ok() ? status.message() : !out.pass ? "out: " + out.message : "lse: " + lse.message; }
 };
@@ -408,7 +409,7 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
       p.cache_scales = make_view(k8.scales.data(), DType::kF32, {slots});
       p.rope_cache = make_view(rc.data(), c.dtype, {slots, rope});
     }
-    ws.resize(mla_decode_attention_workspace_size(p));
+    ws.resize(o.ws_bytes = mla_decode_attention_workspace_size(p));
     o.status = mla_run(impl.fn(), p, {ws.data(), ws.size()});
   } else {
     PagedDecodeParams p{.q = qv, .k_cache = make_view(kc.data(), c.dtype, {slots, kw}), .v_cache = make_view(vc.data(), c.dtype, {slots, vw}),
@@ -417,7 +418,7 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
       p.k_cache = make_view(k8.q.data(), DType::kI8, {slots, kw}), p.v_cache = make_view(v8.q.data(), DType::kI8, {slots, vw});
       p.k_scales = make_view(k8.scales.data(), DType::kF32, {slots}), p.v_scales = make_view(v8.scales.data(), DType::kF32, {slots});
     }
-    ws.resize(paged_decode_attention_workspace_size(p));
+    ws.resize(o.ws_bytes = paged_decode_attention_workspace_size(p));
     o.status = paged_run(impl.fn(), p, {ws.data(), ws.size()});
   }
   if (!o.status.ok()) return o;
