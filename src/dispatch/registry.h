@@ -2,8 +2,9 @@
 //
 // Each op keeps a list of implementations, best first, the reference last. The one that
 // runs is the first whose ISA level the CPU (capped by OPTX_MAX_ISA) reaches, unless
-// OPTX_IMPL=<op>=<impl>[,<op>=<impl>...] names one. Selection happens once per op and is
-// reported by optx::selected_impl(op) and, with OPTX_VERBOSE=1, on stderr.
+// OPTX_IMPL=<op>=<impl>[,<op>=<impl>...] names one (read at every selection, so a test can
+// change it). The choice is reported by optx::selected_impl(op) and, with OPTX_VERBOSE=1,
+// on stderr.
 #pragma once
 
 #include <string>

@@ -460,8 +460,9 @@ TEST(AttentionUpdate, ThreePartialsSomeEmptyAgainstDoubleMerge) {
     std::vector<double> got, glse(lse.begin(), lse.end());
     for (int64_t r = 0; r < R; ++r)
       for (int64_t d = 0; d < Dv; ++d) got.push_back(out.get(r * out.strides[0] + d));
-    // A weighted average in f32, then one round-to-nearest for bf16: half an ulp (so a
-    // truncating store fails), not flash attention's tolerance.
+    // A weighted average in f32, then one round-to-nearest for bf16: the unit round-off
+    // times |ref| (at least RNE's half ulp; a truncating store's errors, up to an ulp, do
+    // not fit), not flash attention's tolerance.
     const double eps = dt == DType::kBF16 ? testing::kEpsBF16 + 4 * testing::kEpsF32 : 4 * testing::kEpsF32;
     const auto co = testing::compare(got, ref, {1e-6, eps}), cl = testutil::compare_lse(glse, rlse);
     EXPECT_TRUE(co.pass) << dtype_name(dt) << " out: " << co.message;

@@ -107,8 +107,8 @@ void verify_update(std::vector<verify::Record>& out) {
         }
         got.push_back(lse[size_t(r)]), ref.push_back(sum > 0 ? m + std::log(sum) : -INFINITY);
       }
-      // f32: a few roundings of the f32 merge; bf16: one round-to-nearest of that result
-      // (half an ulp, so a truncating store fails).
+      // f32: a few roundings of the f32 merge; bf16: one round-to-nearest of that result,
+      // the unit round-off times |ref| (RNE's half ulp fits, a truncating store does not).
       const double eps = dt == DType::kF32 ? 4 * testing::kEpsF32 : testing::kEpsBF16 + 4 * testing::kEpsF32;
       const std::string cs = std::string(dtype_name(dt)) + " P=" + std::to_string(P) + " R=" + std::to_string(R) + " Dv=" +
                              std::to_string(Dv) + " (-inf partials, an empty row)";

@@ -348,10 +348,9 @@ TEST(GemmDispatch, SelectedRespectsMaxIsa) {
 // OPTX_IMPL (read at every selection) forces an implementation through the public entry
 // point; one the CPU cannot run under the cap, or a name the op does not have, is an
 // error naming it, never a silent fallback. The list ends with the reference.
+// (testing/test_isolation.cpp puts OPTX_IMPL back after the test, also when it fails.)
 TEST(GemmDispatch, OptxImplForcesAnImplementation) {
   EXPECT_EQ(std::string(registry().all().back().name), "reference");
-  const char* prev = std::getenv("OPTX_IMPL");
-  const std::string saved = prev ? prev : "";
   std::vector<float> a(3 * 5, 1.0f), b(2 * 5, 2.0f), c(3 * 2, NAN);
   const GemmParams p{.a = make_view(a.data(), DType::kF32, {3, 5}), .b = make_view(b.data(), DType::kF32, {2, 5}),
                      .c = make_view(c.data(), DType::kF32, {3, 2})};
@@ -374,8 +373,6 @@ TEST(GemmDispatch, OptxImplForcesAnImplementation) {
       EXPECT_EQ(st.code(), StatusCode::kUnsupported) << impl.name;
       EXPECT_NE(st.message().find("needs ISA"), std::string::npos) << st.message();
     }
-  if (prev) setenv("OPTX_IMPL", saved.c_str(), 1);
-  else unsetenv("OPTX_IMPL");
 }
 
 }  // namespace

@@ -36,11 +36,19 @@ void verify_qkv(std::vector<verify::Record>& out) {
       }
 }
 
-// One cache element as a double (f32, bf16 or int8 storage).
-double element(const void* base, DType dt, int64_t i) {
-  if (dt == DType::kF32) return static_cast<const float*>(base)[i];
-  if (dt == DType::kBF16) return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  return static_cast<const int8_t*>(base)[i];
+// One element of a byte buffer holding f32, bf16 or int8 values, as a double.
+double element(const uint8_t* base, DType dt, int64_t i) {
+  if (dt == DType::kF32) {
+    float v;
+    std::memcpy(&v, base + 4 * i, 4);
+    return v;
+  }
+  if (dt == DType::kBF16) {
+    uint16_t v;
+    std::memcpy(&v, base + 2 * i, 2);
+    return bf16_to_f32(v);
+  }
+  return int8_t(base[i]);
 }
 
 constexpr uint8_t kSentinel = 0x5a;  // every cache byte before the call
@@ -98,6 +106,10 @@ void verify_write(std::vector<verify::Record>& out) {
               const double lsb = amax / 127.0;
               for (int64_t i = 0; i < row; ++i) {
                 const double e = element(c, cd, s * row + i);
+                if (i8 && amax == 0) {  // scale 0: the codes themselves must be 0 (any code times 0 would pass)
+                  got.push_back(e), ref.push_back(0), extra.push_back(0);
+                  continue;
+                }
                 got.push_back(i8 ? e * sc[s] : e), ref.push_back(x.get(size_t(t * row + i))), extra.push_back(i8 ? lsb : 0.0);
               }
               if (i8) got.push_back(sc[s]), ref.push_back(lsb), extra.push_back(1e-6 * lsb);
@@ -123,8 +135,9 @@ void verify_gather(std::vector<verify::Record>& out) {
       for (int64_t i = 0; i < S * row; ++i)
         for (uint8_t* c : {kc.data(), vc.data()}) {
           const float x = rng.uniform(-2, 2);
+          const uint16_t h = f32_to_bf16(x);
           if (cd == DType::kF32) std::memcpy(c + 4 * i, &x, 4);
-          else if (cd == DType::kBF16) reinterpret_cast<uint16_t*>(c)[i] = f32_to_bf16(x);
+          else if (cd == DType::kBF16) std::memcpy(c + 2 * i, &h, 2);
           else c[i] = uint8_t(int8_t(std::lround(x * 60)));
         }
       std::vector<float> ks(static_cast<size_t>(S)), vs(static_cast<size_t>(S));

@@ -195,7 +195,11 @@ void verify_routing(std::vector<verify::Record>& out) {
             std::memcpy(&v, rows.data() + 4 * i, 4);
             return double(v);
           }
-          if (od == DType::kBF16) return double(bf16_to_f32(reinterpret_cast<const uint16_t*>(rows.data())[i]));
+          if (od == DType::kBF16) {
+            uint16_t v;
+            std::memcpy(&v, rows.data() + 2 * i, 2);
+            return double(bf16_to_f32(v));
+          }
           return double(int8_t(rows[i])) * scales[size_t(pos)];
         };
         std::vector<double> got, ref, extra;
@@ -211,7 +215,10 @@ void verify_routing(std::vector<verify::Record>& out) {
               double amax = 0;
               for (int64_t h = 0; h < H; ++h) amax = std::max(amax, std::fabs(xv(t, h)));
               exact(row_map[size_t(pos)], double(i));
-              for (int64_t h = 0; h < H; ++h) got.push_back(got_row(pos, h)), ref.push_back(xv(t, h)), extra.push_back(i8 ? amax / 127 : 0);
+              for (int64_t h = 0; h < H; ++h) {
+                if (i8 && amax == 0) exact(double(int8_t(rows[size_t(pos * H + h)])), 0.0);  // scale 0: codes must be 0
+                else got.push_back(got_row(pos, h)), ref.push_back(xv(t, h)), extra.push_back(i8 ? amax / 127 : 0);
+              }
               if (i8) got.push_back(scales[size_t(pos)]), ref.push_back(amax / 127), extra.push_back(amax / 127 * 1e-6);
               inv_ref[size_t(i)] = int32_t(pos++);
             }
@@ -300,7 +307,7 @@ OPTX_REGISTER_VERIFY("moe_finalize_routing", verify_finalize);
 // and a V3 style one (sigmoid + selection bias, 4 groups of which 2 by top-2 sums, top-4,
 // renormalised, scaled by 2.5). H = 40 is not a multiple of 16; I = 24 runs SwiGLU
 // through the buffer, I = 64 in the GEMM epilogue. T = 1 takes the split schedule, T = 7
-// and 128 the queue (2 threads).
+// and 128 the queue (2 threads or more).
 void verify_forward(std::vector<verify::Record>& out) {
   const int all = num_threads();
   set_num_threads(std::max(all, 2));
