@@ -434,21 +434,8 @@ TEST(AttentionUpdate, ThreePartialsSomeEmptyAgainstDoubleMerge) {
       lses[size_t(i * R + r)] = lse_of[r][i];
       for (int64_t d = 0; d < Dv; ++d) outs[size_t((i * R + r) * Dv + d)] = lse_of[r][i] == -I ? NAN : rng.uniform(-3, 3);
     }
-  std::vector<double> ref(size_t(R * Dv), 0.0), rlse(size_t(R), -INFINITY);
-  for (int64_t r = 0; r < R; ++r) {
-    double m = -INFINITY;
-    for (int64_t i = 0; i < P; ++i) m = std::max(m, double(lse_of[r][i]));
-    if (m == -INFINITY) continue;
-    double sum = 0;
-    for (int64_t i = 0; i < P; ++i) {
-      if (lse_of[r][i] == -I) continue;
-      const double w = std::exp(double(lse_of[r][i]) - m);
-      sum += w;
-      for (int64_t d = 0; d < Dv; ++d) ref[size_t(r * Dv + d)] += w * double(outs[size_t((i * R + r) * Dv + d)]);
-    }
-    for (int64_t d = 0; d < Dv; ++d) ref[size_t(r * Dv + d)] /= sum;
-    rlse[size_t(r)] = m + std::log(sum);
-  }
+  std::vector<double> ref, rlse;
+  testutil::merge_ref(outs, lses, P, R, Dv, ref, rlse);
   for (DType dt : {DType::kF32, DType::kBF16}) {
     testutil::Stored out(dt, {R, Dv}, /*inner=*/5);
     out.fill([] { return NAN; });
@@ -460,11 +447,7 @@ TEST(AttentionUpdate, ThreePartialsSomeEmptyAgainstDoubleMerge) {
     std::vector<double> got, glse(lse.begin(), lse.end());
     for (int64_t r = 0; r < R; ++r)
       for (int64_t d = 0; d < Dv; ++d) got.push_back(out.get(r * out.strides[0] + d));
-    // A weighted average in f32, then one round-to-nearest for bf16: the unit round-off
-    // times |ref| (at least RNE's half ulp; a truncating store's errors, up to an ulp, do
-    // not fit), not flash attention's tolerance.
-    const double eps = dt == DType::kBF16 ? testing::kEpsBF16 + 4 * testing::kEpsF32 : 4 * testing::kEpsF32;
-    const auto co = testing::compare(got, ref, {1e-6, eps}), cl = testutil::compare_lse(glse, rlse);
+    const auto co = testutil::compare_merged(got, ref, dt == DType::kBF16), cl = testutil::compare_lse(glse, rlse);
     EXPECT_TRUE(co.pass) << dtype_name(dt) << " out: " << co.message;
     EXPECT_TRUE(cl.pass) << dtype_name(dt) << " lse: " << cl.message;
     for (int64_t d = 0; d < Dv; ++d) ASSERT_EQ(got[size_t(4 * Dv + d)], 0.0) << dtype_name(dt) << " all-empty row, column " << d;

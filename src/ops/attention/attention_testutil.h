@@ -159,6 +159,35 @@ inline testing::CompareResult compare_lse(const std::vector<double>& got, const 
   return testing::compare(got, ref, testing::Tolerance{2e-4, 1e-5}, extra);
 }
 
+// attention_update's definition in double: out[r] = sum_i e^(lse_i - m) outs[i][r] /
+// sum_i e^(lse_i - m), lse[r] = m + log(sum); partials with lse -inf (their outs may hold
+// anything) are skipped, a row with none gives 0 and -inf. outs [P, R, Dv], lses [P, R].
+inline void merge_ref(const std::vector<float>& outs, const std::vector<float>& lses, int64_t P, int64_t R, int64_t Dv,
+                      std::vector<double>& out, std::vector<double>& lse) {
+  out.assign(size_t(R * Dv), 0.0), lse.assign(size_t(R), -INFINITY);
+  for (int64_t r = 0; r < R; ++r) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < P; ++i) m = std::max(m, double(lses[size_t(i * R + r)]));
+    for (int64_t i = 0; i < P && m > -INFINITY; ++i) {
+      const double l = lses[size_t(i * R + r)];
+      if (l == -INFINITY) continue;
+      const double w = std::exp(l - m);
+      sum += w;
+      for (int64_t x = 0; x < Dv; ++x) out[size_t(r * Dv + x)] += w * double(outs[size_t((i * R + r) * Dv + x)]);
+    }
+    if (sum == 0) continue;
+    for (int64_t x = 0; x < Dv; ++x) out[size_t(r * Dv + x)] /= sum;
+    lse[size_t(r)] = m + std::log(sum);
+  }
+}
+// The merge is a weighted average in f32, then (bf16) one round-to-nearest: the unit
+// round-off times |ref| (at least RNE's half ulp; a truncating store's errors, up to an
+// ulp, do not fit) — not flash attention's tolerance.
+inline testing::CompareResult compare_merged(const std::vector<double>& got, const std::vector<double>& ref, bool bf16) {
+  const double eps = bf16 ? testing::kEpsBF16 + 4 * testing::kEpsF32 : 4 * testing::kEpsF32;
+  return testing::compare(got, ref, {1e-6, eps});
+}
+
 struct FlashCase {
   DType dtype = DType::kF32;
   AttnLayout layout = AttnLayout::kBSND;

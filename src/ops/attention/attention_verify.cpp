@@ -69,8 +69,8 @@ void verify_decode(std::vector<verify::Record>& out) {
 }
 
 // attention_update: P partials per row with random lse (some -inf: empty partials, whose
-// outputs hold garbage that must not leak), one row with every partial empty; merged in
-// double here: out = sum_i e^(lse_i - m) o_i / sum_i e^(lse_i - m), lse = m + log(sum).
+// outputs hold garbage that must not leak), one row with every partial empty; against
+// testutil::merge_ref, the merge in double.
 void verify_update(std::vector<verify::Record>& out) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (auto [P, R, Dv] : {std::tuple<int64_t, int64_t, int64_t>{3, 37, 80}, {1, 5, 512}, {8, 130, 16}}) {
@@ -88,31 +88,13 @@ void verify_update(std::vector<verify::Record>& out) {
       const Status st = attention_update({.outs = make_view(outs.data(), DType::kF32, {P, R, Dv}),
                                           .lses = make_view(lses.data(), DType::kF32, {P, R}),
                                           .out = make_view(o, dt, {R, Dv}), .lse = make_view(lse.data(), DType::kF32, {R})});
-      std::vector<double> got, ref;
-      for (int64_t r = 0; r < R; ++r) {
-        double m = -INFINITY;
-        for (int64_t i = 0; i < P; ++i) m = std::max(m, double(lses[size_t(i * R + r)]));
-        double sum = 0;
-        std::vector<double> acc(size_t(Dv), 0.0);
-        for (int64_t i = 0; i < P && m > -INFINITY; ++i) {
-          const double l = lses[size_t(i * R + r)];
-          if (l == -INFINITY) continue;
-          const double w = std::exp(l - m);
-          sum += w;
-          for (int64_t x = 0; x < Dv; ++x) acc[size_t(x)] += w * outs[size_t((i * R + r) * Dv + x)];
-        }
-        for (int64_t x = 0; x < Dv; ++x) {
-          got.push_back(dt == DType::kF32 ? double(of[size_t(r * Dv + x)]) : double(bf16_to_f32(ob[size_t(r * Dv + x)])));
-          ref.push_back(sum > 0 ? acc[size_t(x)] / sum : 0.0);
-        }
-        got.push_back(lse[size_t(r)]), ref.push_back(sum > 0 ? m + std::log(sum) : -INFINITY);
-      }
-      // f32: a few roundings of the f32 merge; bf16: one round-to-nearest of that result,
-      // the unit round-off times |ref| (RNE's half ulp fits, a truncating store does not).
-      const double eps = dt == DType::kF32 ? 4 * testing::kEpsF32 : testing::kEpsBF16 + 4 * testing::kEpsF32;
+      std::vector<double> ref, rlse, got;
+      testutil::merge_ref(outs, lses, P, R, Dv, ref, rlse);
+      for (int64_t i = 0; i < R * Dv; ++i) got.push_back(dt == DType::kF32 ? double(of[size_t(i)]) : double(bf16_to_f32(ob[size_t(i)])));
+      for (int64_t r = 0; r < R; ++r) got.push_back(lse[size_t(r)]), ref.push_back(rlse[size_t(r)]);
       const std::string cs = std::string(dtype_name(dt)) + " P=" + std::to_string(P) + " R=" + std::to_string(R) + " Dv=" +
                              std::to_string(Dv) + " (-inf partials, an empty row)";
-      out.push_back(verify::make_record("attention_update", "generic", cs, st, testing::compare(got, ref, {1e-6, eps})));
+      out.push_back(verify::make_record("attention_update", "generic", cs, st, testutil::compare_merged(got, ref, dt == DType::kBF16)));
     }
 }
 

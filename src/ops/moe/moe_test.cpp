@@ -588,22 +588,9 @@ TEST(MoeFinalize, DtypesAndOptionalInputsMatchDoubleSum) {
             const Status st = moe_finalize_routing(p);
             ASSERT_TRUE(st.ok()) << what << ": " << st.message();
             std::vector<double> got, ref, extra;
-            for (int64_t t = 0; t < T; ++t)
-              for (int64_t h = 0; h < H; ++h) {
-                double sum = 0, mag = 0;
-                for (int64_t j = 0; j < k; ++j) {
-                  const int32_t r = inv[size_t(t * k + j)];
-                  if (r < 0) continue;
-                  const double term = double(w[size_t(t * k + j)]) * y.f[size_t(r * H + h)];
-                  sum += term, mag += std::fabs(term);
-                }
-                if (with_shared) sum += shared.f[size_t(t * H + h)], mag += std::fabs(shared.f[size_t(t * H + h)]);
-                if (with_res) sum += res.f[size_t(t * H + h)], mag += std::fabs(res.f[size_t(t * H + h)]);
-                const double acc_err = double(k + 2) * testing::kEpsF32 * mag;
-                ref.push_back(sum);
-                extra.push_back(acc_err + (odt == DType::kBF16 ? testing::kEpsBF16 * (std::fabs(sum) + acc_err) : 0.0));
-                got.push_back(odt == DType::kF32 ? double(of[size_t(t * H + h)]) : double(bf16_to_f32(ob[size_t(t * H + h)])));
-              }
+            moe_testutil::finalize_ref(y.f.data(), inv.data(), w.data(), with_shared ? shared.f.data() : nullptr,
+                                       with_res ? res.f.data() : nullptr, T, k, H, odt == DType::kBF16, ref, extra);
+            for (int64_t i = 0; i < T * H; ++i) got.push_back(odt == DType::kF32 ? double(of[size_t(i)]) : double(bf16_to_f32(ob[size_t(i)])));
             const testing::CompareResult c = testing::compare(got, ref, {0.0, 0.0}, &extra);
             EXPECT_TRUE(c.pass) << what << ": " << c.message;
           }

@@ -71,6 +71,29 @@ inline void gating_ref(const std::vector<double>& logits, const std::vector<doub
 
 inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
+// moe_finalize_routing's definition in double: ref[t, h] = sum_k w[t, k] y[inverse[t, k], h]
+// (+ shared) (+ residual), dropped (t, k) (inverse -1) skipped; shared / residual may be
+// null. bound: the f32 accumulation of k + 2 terms, plus one rounding to bf16 when the
+// output is bf16.
+inline void finalize_ref(const float* y, const int32_t* inverse, const float* w, const float* shared, const float* residual,
+                         int64_t T, int64_t k, int64_t H, bool bf16_out, std::vector<double>& ref, std::vector<double>& bound) {
+  ref.clear(), bound.clear();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double sum = 0, mag = 0;
+      for (int64_t j = 0; j < k; ++j)
+        if (const int32_t r = inverse[t * k + j]; r >= 0) {
+          const double term = double(w[t * k + j]) * y[r * H + h];
+          sum += term, mag += std::fabs(term);
+        }
+      for (const float* v : {shared, residual})
+        if (v) sum += v[t * H + h], mag += std::fabs(v[t * H + h]);
+      const double acc_err = double(k + 2) * testing::kEpsF32 * mag;
+      ref.push_back(sum);
+      bound.push_back(acc_err + (bf16_out ? testing::kEpsBF16 * (std::fabs(sum) + acc_err) : 0.0));
+    }
+}
+
 // One DeepSeek MoE layer, weights as plain row-major float arrays (the exact values the op
 // was given, after any bf16 rounding). shared_gate_up / shared_down may be null.
 struct MoeLayerRef {

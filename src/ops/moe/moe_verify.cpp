@@ -280,19 +280,9 @@ void verify_finalize(std::vector<verify::Record>& out) {
            .shared = with_shared ? view(sh, shb, T) : TensorView{}, .residual = with_res ? view(res, resb, T) : TensorView{},
            .out = dt == DType::kF32 ? make_view(of.data(), dt, {T, H}) : make_view(ob.data(), dt, {T, H})});
       std::vector<double> got, ref, extra;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < H; ++h) {
-          double want = (with_shared ? sh[size_t(t * H + h)] : 0.0) + (with_res ? res[size_t(t * H + h)] : 0.0), mag = std::fabs(want);
-          for (int64_t j = 0; j < k; ++j)
-            if (const int32_t r = inv[size_t(t * k + j)]; r >= 0) {
-              want += double(w[size_t(t * k + j)]) * y[size_t(r * H + h)];
-              mag += std::fabs(double(w[size_t(t * k + j)]) * y[size_t(r * H + h)]);
-            }
-          got.push_back(dt == DType::kF32 ? double(of[size_t(t * H + h)]) : double(bf16_to_f32(ob[size_t(t * H + h)])));
-          ref.push_back(want);
-          // f32 sums of <= 8 terms, then one rounding to the output type.
-          extra.push_back(8 * testing::kEpsF32 * mag + (dt == DType::kBF16 ? testing::kEpsBF16 * std::fabs(want) : 0.0));
-        }
+      moe_testutil::finalize_ref(y.data(), inv.data(), w.data(), with_shared ? sh.data() : nullptr, with_res ? res.data() : nullptr, T, k,
+                                 H, dt == DType::kBF16, ref, extra);
+      for (int64_t i = 0; i < T * H; ++i) got.push_back(dt == DType::kF32 ? double(of[size_t(i)]) : double(bf16_to_f32(ob[size_t(i)])));
       const std::string cs = std::string(dtype_name(dt)) + " T=37 k=6 H=72 shared=" + (with_shared ? "1" : "0") +
                              " residual=" + (with_res ? "1" : "0") + " (every 5th row dropped)";
       out.push_back(verify::make_record("moe_finalize_routing", "generic", cs, st, testing::compare(got, ref, {0, 0}, &extra)));
