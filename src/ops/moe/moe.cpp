@@ -43,10 +43,12 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
 }
 
 std::string generic_impl() { return "generic"; }
+// The routers' softmax / sigmoid scores run in an AVX-512 unit where the active ISA has it.
+std::string gating_impl() { return active_isa() >= Isa::kAvx512 ? "avx512" : "generic"; }
 [[maybe_unused]] const bool registered = [] {
-  for (const char* op : {"moe_gating_topk", "moe_gating_topk_softmax", "moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing",
-                         "moe_forward"})
+  for (const char* op : {"moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing", "moe_forward"})
     dispatch::register_op(op, generic_impl);
+  for (const char* op : {"moe_gating_topk", "moe_gating_topk_softmax"}) dispatch::register_op(op, gating_impl);
   return true;
 }();
 
@@ -77,9 +79,10 @@ Status gating(const char* op, const MoeGatingParams& p) {
   const float* bias = p.bias.empty() ? nullptr : static_cast<const float*>(p.bias.data);
   int32_t* ids = static_cast<int32_t*>(p.topk_ids.data);
   float* wts = static_cast<float*>(p.topk_weights.data);
+  const bool vec = active_isa() >= Isa::kAvx512;
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
-    float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
+    alignas(64) float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
     bool ok[kMaxExperts];
     for (int64_t e = 0; e < E; ++e) logit[e] = load_f(p.logits, t * E + e);
     int32_t* id = ids + t * k;
@@ -92,7 +95,11 @@ Status gating(const char* op, const MoeGatingParams& p) {
       for (int64_t j = 0; j < k; ++j) w[j] = w[j] / s * p.routed_scaling_factor;
       continue;
     }
-    if (p.score == MoeScore::kSoftmax) {
+    if (p.score == MoeScore::kSoftmax && vec) {
+      moe_detail::softmax_scores_avx512(logit, E, score);
+    } else if (p.score == MoeScore::kSigmoid && vec) {
+      moe_detail::sigmoid_scores_avx512(logit, E, score);
+    } else if (p.score == MoeScore::kSoftmax) {
       float m = -INFINITY, s = 0;
       for (int64_t e = 0; e < E; ++e) m = std::max(m, logit[e]);
       for (int64_t e = 0; e < E; ++e) s += (score[e] = std::exp(logit[e] - m));

@@ -8,6 +8,11 @@
 
 namespace optx::moe_detail {
 
+// The routers' per-expert scores from an AVX-512 unit (moe_gating_avx512.cpp); used when
+// the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
+void softmax_scores_avx512(const float* logit, int64_t E, float* score);
+void sigmoid_scores_avx512(const float* logit, int64_t E, float* score);
+
 inline float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
 }

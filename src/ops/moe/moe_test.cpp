@@ -24,7 +24,7 @@ struct GatingCase {
   float scaling;
 };
 
-TEST(MoeGating, MatchesReference) {
+TEST(MoeGating, MatchesReferenceOnSelectedIsa) {
   const GatingCase cases[] = {
       {MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, false, 1.0f},
       {MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, false, 1.0f},   // DeepSeek-V2-Lite
@@ -72,7 +72,7 @@ TEST(MoeGating, MatchesReference) {
 
 // The softmax router entry point (bf16 logits too) against the same reference, and its
 // errors name it.
-TEST(MoeGating, TopkSoftmaxMatchesReference) {
+TEST(MoeGating, TopkSoftmaxMatchesReferenceOnSelectedIsa) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (bool renorm : {false, true})
       for (bool tks : {false, true})

@@ -27,6 +27,8 @@ void verify_gating(std::vector<verify::Record>& out) {
     bool tks = false, softmax_api = false;  // top-k then softmax; via moe_gating_topk_softmax
   };
   const C cases[] = {{"softmax E=64 k=6", MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+                     {"softmax E=72 k=6", MoeScore::kSoftmax, 72, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},  // a vector tail
+                     {"sigmoid E=40 k=3", MoeScore::kSigmoid, 40, 3, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
                      {"softmax E=160 k=6 groups=8/3 max", MoeScore::kSoftmax, 160, 6, 8, 3, MoeGroupScore::kMax, false, false, 16.0f},
                      {"sigmoid E=256 k=8 groups=8/4 top2 bias renorm", MoeScore::kSigmoid, 256, 8, 8, 4, MoeGroupScore::kTop2Sum, true, true, 2.5f},
                      {"sqrt_softplus E=64 k=6 bias renorm", MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, 1.5f},
@@ -65,7 +67,8 @@ void verify_gating(std::vector<verify::Record>& out) {
     }
     testing::CompareResult cmp = testing::compare(got, ref, {1e-6, 1e-5});
     if (!ids_ok) cmp.pass = false, cmp.worst_index = bad, cmp.message = "expert ids differ from the reference";
-    out.push_back(verify::make_record(c.softmax_api ? "moe_gating_topk_softmax" : "moe_gating_topk", "generic",
+    const char* op = c.softmax_api ? "moe_gating_topk_softmax" : "moe_gating_topk";
+    out.push_back(verify::make_record(op, selected_impl(op),
                                       std::string("T=300 ") + c.name, st, cmp));
   }
 }
