@@ -88,7 +88,8 @@ Status gating(const char* op, const MoeGatingParams& p) {
     int32_t* id = ids + t * k;
     float* w = wts + t * k;
     if (p.topk_then_softmax) {
-      topk(logit, nullptr, E, k, id);
+      if (vec) moe_detail::topk_avx512(logit, nullptr, E, k, id);
+      else topk(logit, nullptr, E, k, id);
       const float m = logit[id[0]];
       float s = 0;
       for (int64_t j = 0; j < k; ++j) s += (w[j] = std::exp(logit[id[j]] - m));
@@ -130,7 +131,8 @@ Status gating(const char* op, const MoeGatingParams& p) {
       for (int64_t g = 0; g < p.topk_group; ++g)
         for (int64_t e = keep[g] * gs; e < (keep[g] + 1) * gs; ++e) ok[e] = true;
     }
-    topk(sel, ok, E, k, id);
+    if (vec) moe_detail::topk_avx512(sel, ok, E, k, id);
+    else topk(sel, ok, E, k, id);
     float s = 0;
     for (int64_t j = 0; j < k; ++j) s += (w[j] = score[id[j]]);
     const float scale = p.routed_scaling_factor / (p.renormalize && s > 0 ? s : 1.0f);

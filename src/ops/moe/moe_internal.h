@@ -12,6 +12,7 @@ namespace optx::moe_detail {
 // the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
 void softmax_scores_avx512(const float* logit, int64_t E, float* score);
 void sigmoid_scores_avx512(const float* logit, int64_t E, float* score);
+void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);
 
 inline float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
