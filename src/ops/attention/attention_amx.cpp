@@ -170,26 +170,42 @@ void from_pair_order(float* o, int rows, int64_t Dv) {
     }
 }
 
-// S^T tiles of 32 keys (A tiles a[0], a[1]: 16 bf16 rows each) against Q^T pairs qt over
-// n values, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with two).
-template <class Prefetch>
-OPTX_ALWAYS_INLINE void scores_bf16(const uint16_t* const a[2], const int64_t stride[2], const uint16_t* qt, int64_t n, bool two,
+// S^T tiles of 32 keys (A tiles a[0], a[1]: 16 key rows each) against q's B tiles over
+// `bytes` bytes of each row, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with
+// two). bf16 (TDPBF16PS, q as Q^T pairs [D/2][32][2]) and int8 (TDPBSSD, q quads
+// [L/4][32][4]) share the byte layout: each step takes 64 bytes of every key row and a
+// 2 KiB slab of q, its rows 16-31 64 bytes in.
+template <bool kInt8, class Prefetch>
+OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride[2], const void* q, int64_t bytes, bool two,
                                     Prefetch&& prefetch) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t d = 0; d < n; d += 32) {
+  const char* a0 = static_cast<const char*>(a[0]);
+  const char* a1 = static_cast<const char*>(a[1]);
+  const char* qb = static_cast<const char*>(q);
+  for (int64_t o = 0; o < bytes; o += 64) {
     prefetch();
-    _tile_loadd(4, a[0] + d, stride[0]);
-    _tile_loadd(5, a[1] + d, stride[1]);
-    _tile_loadd(6, qt + (d / 2) * 64, 128);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(2, 5, 6);
+    _tile_loadd(4, a0 + o, stride[0]);
+    _tile_loadd(5, a1 + o, stride[1]);
+    _tile_loadd(6, qb + o * 32, 128);
+    if constexpr (kInt8) {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(2, 5, 6);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(2, 5, 6);
+    }
     if (two) {
-      _tile_loadd(7, qt + (d / 2) * 64 + 32, 128);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(3, 5, 7);
+      _tile_loadd(7, qb + o * 32 + 64, 128);
+      if constexpr (kInt8) {
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
     }
   }
 }
@@ -324,8 +340,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     for (int sb = 0; q8 && sb < nsub; ++sb) {
       const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
       // A tiles straight from the latent / rope rows where 16 keys sit at one stride.
-      const int8_t* la[2];
-      const uint16_t* ra[2];
+      const void* la[2];
+      const void* ra[2];
       int64_t la_stride[2], ra_stride[2];
       for (int t = 0; t < 2; ++t) {
         const int64_t k0 = 16 * t;
@@ -333,37 +349,20 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
         ra[t] = tile_rows(vpp + s0 + k0, ns - k0, 0, size_t(RD) * 2, kstr + k0 * RD, &ra_stride[t]);
       }
       for (int part = 0; part < 2; ++part) {
-        const int8_t* qb = part ? q8l : q8h;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t d = 0; d < L; d += 64) {
-          prefetch_next();
-          _tile_loadd(4, la[0] + d, la_stride[0]);
-          _tile_loadd(5, la[1] + d, la_stride[1]);
-          _tile_loadd(6, qb + d * 32, 128);
-          _tile_dpbssd(0, 4, 6);
-          _tile_dpbssd(2, 5, 6);
-          if (two) {
-            _tile_loadd(7, qb + d * 32 + 64, 128);
-            _tile_dpbssd(1, 4, 7);
-            _tile_dpbssd(3, 5, 7);
-          }
-        }
+        score_tiles<true>(la, la_stride, part ? q8l : q8h, L, two, prefetch_next);
         store_scores(sti + (part * kSuper + s0) * 32, two);
       }
-      scores_bf16(ra, ra_stride, qt + (L / 2) * 64, RD, two, prefetch_next);  // the rope part
+      score_tiles<false>(ra, ra_stride, qt + (L / 2) * 64, RD * 2, two, prefetch_next);  // the rope part
       store_scores(st + s0 * 32, two);
     }
     for (int sb = 0; !q8 && sb < nsub; ++sb) {
       const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
       // Each 16-key A tile loads straight from the cache rows when they sit at one
       // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
-      const uint16_t* ka[2];
+      const void* ka[2];
       int64_t ka_stride[2];
       for (int t = 0; t < 2; ++t) ka[t] = tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
-      scores_bf16(ka, ka_stride, qt, D, two, prefetch_next);
+      score_tiles<false>(ka, ka_stride, qt, D * 2, two, prefetch_next);
       store_scores(st + s0 * 32, two);
     }
     // Vertical online softmax over the superblock's keys, 16 rows per vector.
