@@ -174,7 +174,9 @@ void from_pair_order(float* o, int rows, int64_t Dv) {
 // `bytes` bytes of each row, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with
 // two). bf16 (TDPBF16PS, q as Q^T pairs [D/2][32][2]) and int8 (TDPBSSD, q quads
 // [L/4][32][4]) share the byte layout: each step takes 64 bytes of every key row and a
-// 2 KiB slab of q, its rows 16-31 64 bytes in.
+// 2 KiB slab of q, its rows 16-31 64 bytes in. (The tile intrinsics paste their tile
+// numbers into the asm text, so the instruction is chosen by if constexpr in place, not
+// by a helper taking them as parameters.)
 template <bool kInt8, class Prefetch>
 OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride[2], const void* q, int64_t bytes, bool two,
                                     Prefetch&& prefetch) {
