@@ -19,7 +19,7 @@ using moe_detail::check_1d;
 using moe_detail::check_2d;
 using moe_detail::load_f;
 
-constexpr int64_t kMaxExperts = 1024;
+using moe_detail::kMaxExperts;
 constexpr int64_t kMaxTopK = 32;
 constexpr int64_t kMaxHidden = 16384;
 
@@ -44,7 +44,7 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
 
 std::string generic_impl() { return "generic"; }
 // The routers' softmax / sigmoid scores run in an AVX-512 unit where the active ISA has it.
-std::string gating_impl() { return active_isa() >= Isa::kAvx512 ? "avx512" : "generic"; }
+std::string gating_impl() { return moe_detail::router_avx512() ? "avx512" : "generic"; }
 [[maybe_unused]] const bool registered = [] {
   for (const char* op : {"moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing", "moe_forward"})
     dispatch::register_op(op, generic_impl);
@@ -79,7 +79,7 @@ Status gating(const char* op, const MoeGatingParams& p) {
   const float* bias = p.bias.empty() ? nullptr : static_cast<const float*>(p.bias.data);
   int32_t* ids = static_cast<int32_t*>(p.topk_ids.data);
   float* wts = static_cast<float*>(p.topk_weights.data);
-  const bool vec = active_isa() >= Isa::kAvx512;
+  const bool vec = moe_detail::router_avx512();
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     alignas(64) float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];

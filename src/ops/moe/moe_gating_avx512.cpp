@@ -44,9 +44,9 @@ void sigmoid_scores_avx512(const float* logit, int64_t E, float* score) {
 // lower index — the same order as moe.cpp's insertion scan. k passes of a vector max over
 // a local copy, each taking the first lane equal to the max and retiring it: ~10
 // instructions per 16 experts per pass, against the scan's data-dependent branches (about
-// k (1 + ln(n / k)) insertions of up to k moves each for random scores). n <= 1024.
+// k (1 + ln(n / k)) insertions of up to k moves each for random scores).
 void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
-  alignas(64) float w[1024];
+  alignas(64) float w[kMaxExperts];
   const V::F ninf = V::set1(-INFINITY);
   for (int64_t e = 0; e < n; e += V::W) {
     const int m = int(std::min<int64_t>(V::W, n - e));

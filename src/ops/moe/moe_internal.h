@@ -8,11 +8,15 @@
 
 namespace optx::moe_detail {
 
-// The routers' per-expert scores from an AVX-512 unit (moe_gating_avx512.cpp); used when
-// the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
+// Experts per router row: the routers keep a row's scores on the stack.
+inline constexpr int64_t kMaxExperts = 1024;
+
+// The routers' per-expert scores and top-k from an AVX-512 unit (moe_gating_avx512.cpp);
+// used when the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
+inline bool router_avx512() { return active_isa() >= Isa::kAvx512; }
 void softmax_scores_avx512(const float* logit, int64_t E, float* score);
 void sigmoid_scores_avx512(const float* logit, int64_t E, float* score);
-void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);
+void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);  // n <= kMaxExperts
 
 inline float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
