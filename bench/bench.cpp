@@ -98,6 +98,30 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
   return out;
 }
 
+std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const {
+  const int min_rounds = quick ? 2 : 4;
+  const double block_s = quick ? 0.05 : 0.15;  // timed seconds per block
+  std::vector<std::vector<double>> ms(fns.size());
+  for (int round = 0; round < min_rounds || int(ms[0].size()) < (quick ? 3 : 7); ++round)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      const double b0 = now_s();
+      do fns[i]();  // settle: at least one untimed call (also the first call's warm-up)
+      while (now_s() - b0 < settle_s);
+      const double t_start = now_s();
+      do {
+        const double t0 = now_s();
+        fns[i]();
+        ms[i].push_back((now_s() - t0) * 1e3);
+      } while (now_s() - t_start < block_s);
+    }
+  std::vector<Timing> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v[std::min(v.size() - 1, size_t(double(v.size()) * 0.9))]});
+  }
+  return out;
+}
+
 namespace {
 std::string g_pending_error;  // first failure since the last row
 std::string g_failed_case;    // "op case" whose rows are being dropped

@@ -56,6 +56,12 @@ struct Context {
   // (A B C A B C ...), so a slow phase of a noisy machine hits all of them alike and the
   // ratios between them hold even when absolute times drift. One warm-up call each.
   std::vector<Timing> time_interleaved(const std::vector<std::function<void()>>& fns) const;
+  // Times implementations with their own thread pools (OpenBLAS's pthread workers spin
+  // ~0.1 s after each call; OpenMP's spin too) in alternating blocks: each block first
+  // runs untimed calls for `settle_s`, so the other pool's spinning threads are gone
+  // before a timed call starts, and the rounds alternate so a slow phase of the machine
+  // still falls on all of them.
+  std::vector<Timing> time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const;
   // Fills throughput from flops / bytes and the timing, and the share of the floor.
   void add(Record r, const Timing& t, double flops, double bytes) const;
 };

@@ -4,6 +4,7 @@
 // decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only. GEMV weights
 // rotate among enough packed copies that the working set is >= 256 MiB, so they stream
 // from DRAM rather than from a (virtualised, possibly huge) last-level cache.
+#include <algorithm>
 #include <omp.h>
 
 #include <functional>
@@ -85,26 +86,17 @@ struct OnednnBf16 {
 #endif
 
 // Times optx and the peers of one case and adds a record for each. Peers on optx's
-// OpenMP pool (oneDNN) run interleaved with optx, so machine noise hits both alike.
-// OpenBLAS has its own pthread pool whose workers spin for a long time after each call
-// (and OpenMP's do too): interleaved, each library would run against the other's
-// spinning threads on our 2 cores, so OpenBLAS is timed in its own block.
-void run_case(bench::Context& ctx, const bench::Record& optx_rec, std::vector<std::function<void()>> fns,
-              std::vector<bench::Record> peer_recs, double flops, double bytes) {
-  std::vector<std::function<void()>> shared = {fns[0]};
-  std::vector<size_t> shared_idx, own_idx;
-  for (size_t k = 0; k < peer_recs.size(); ++k) {
-    if (peer_recs[k].impl == "openblas") {
-      own_idx.push_back(k);
-    } else {
-      shared.push_back(fns[k + 1]);
-      shared_idx.push_back(k);
-    }
-  }
-  const auto t = ctx.time_interleaved(shared);
+// OpenMP pool (oneDNN) run interleaved with optx, call by call, so machine noise hits
+// both alike. OpenBLAS has its own pthread pool whose workers spin for ~0.1 s after each
+// call (2^28 cycles, OpenBLAS's THREAD_TIMEOUT; 0.13 s measured here): interleaved call by call, each library
+// would run against the other's spinning threads on our 2 cores, so with OpenBLAS in the
+// case everything runs in alternating blocks that first wait that spin out.
+void run_case(bench::Context& ctx, const bench::Record& optx_rec, const std::vector<std::function<void()>>& fns,
+              const std::vector<bench::Record>& peer_recs, double flops, double bytes) {
+  const bool own_pool = std::any_of(peer_recs.begin(), peer_recs.end(), [](const bench::Record& p) { return p.impl == "openblas"; });
+  const auto t = own_pool ? ctx.time_blocks(fns, 0.25) : ctx.time_interleaved(fns);
   ctx.add(optx_rec, t[0], flops, bytes);
-  for (size_t i = 0; i < shared_idx.size(); ++i) ctx.add(peer_recs[shared_idx[i]], t[i + 1], flops, bytes);
-  for (size_t k : own_idx) ctx.add(peer_recs[k], ctx.time_it(fns[k + 1]), flops, bytes);
+  for (size_t k = 0; k < peer_recs.size(); ++k) ctx.add(peer_recs[k], t[k + 1], flops, bytes);
 }
 
 void bench_square(bench::Context& ctx, bool bf16) {
