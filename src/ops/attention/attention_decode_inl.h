@@ -138,11 +138,12 @@ OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m51
 // Few rows (GQA decode: one group's 1-8 heads at 1-2 positions, for each of the job's
 // KV heads). Each cache row is read once for all rows; keys go 16 at a time through
 // every KV head, so the job reads whole rows in address order, and the next 16 keys' K
-// rows and these 16 keys' V rows are prefetched a KV head's share at a time.
+// rows are prefetched a KV head's share at a time; V is prefetched by P . V itself (see
+// pv_prefetch).
 //   scores   AMX unit, when the 16 K rows sit at one stride (a paged block of >= 16
 //            slots): S^T[16 keys][R] = K . Q^T, the A tile loaded straight from the
 //            cache rows, the B tiles Q^T in pairs built once per job; 4 TDPBF16PS per
-//            128 of D. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
+//            128 of D, two KV heads at a time. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
 //            against the raw K rows into 16 accumulators, then one sum16.
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
 //   P . V    f32 FMAs of p against the V row widened by a shift and a mask, into a
@@ -194,8 +195,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #endif
   // Lines of one cache row (all KV heads' slices) and one KV head's share of them.
   const int64_t es = q8 ? 1 : 2;
-  const int64_t k_lines = ((G - 1) * j.k_goff * es + D * es + 63) / 64, v_lines = ((G - 1) * j.v_goff * es + Dv * es + 63) / 64;
-  const int64_t k_share = (k_lines + G - 1) / G, v_share = (v_lines + G - 1) / G;
+  const int64_t k_lines = ((G - 1) * j.k_goff * es + D * es + 63) / 64;
+  const int64_t k_share = (k_lines + G - 1) / G;
   const __m512 scale = _mm512_set1_ps(c.scale);
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
@@ -211,9 +212,12 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     cfg.rows[2] = 16, cfg.colsb[2] = uint16_t(4 * R);  // B: 16 pairs (quads) of D x R
     cfg.rows[3] = 16, cfg.colsb[3] = uint16_t(4 * R);  // int8: C of q's l half
     cfg.rows[4] = 16, cfg.colsb[4] = uint16_t(4 * R);  // int8: B of q's l half
+    cfg.rows[5] = 16, cfg.colsb[5] = 64;               // bf16: a second KV head's A, B and C
+    cfg.rows[6] = 16, cfg.colsb[6] = uint16_t(4 * R);
+    cfg.rows[7] = 16, cfg.colsb[7] = uint16_t(4 * R);
     _tile_loadconfig(&cfg);
   }
-  alignas(64) float st[16 * R];
+  alignas(64) float st[16 * R], st2[16 * R];
   alignas(64) int32_t sth[16 * R], stl[16 * R];
   // int8: q's halves per KV head as B tiles ([g][D/4][R] dwords), each row's qs, and 16
   // staged K slices for chunks whose rows are not at one stride.
@@ -258,14 +262,44 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       int64_t kstride;
       const bool uniform = uniform_rows(kp + c0, nc, &kstride) != nullptr;
 #endif
-      for (int g = 0; g < G; ++g) {
+      const auto prefetch_k = [&](int g) {  // KV head g's share of the next chunk's K lines
         const int64_t kl0 = std::min(k_lines, g * k_share), kl1 = std::min(k_lines, kl0 + k_share);
-        const int64_t vl0 = std::min(v_lines, g * v_share), vl1 = std::min(v_lines, vl0 + v_share);
         for (int i = 0; i < npf; ++i)
           for (int64_t l = kl0; l < kl1; ++l) _mm_prefetch(static_cast<const char*>(kp[c0 + 16 + i]) + 64 * l, _MM_HINT_T0);
-        if (vp[c0] != kp[c0])
-          for (int i = 0; i < nc; ++i)
-            for (int64_t l = vl0; l < vl1; ++l) _mm_prefetch(static_cast<const char*>(vp[c0 + i]) + 64 * l, _MM_HINT_T0);
+      };
+      for (int g = 0; g < G; ++g) {
+        prefetch_k(g);
+#ifdef OPTX_ATTN_DECODE_AMX
+        // Two KV heads at once, each in its own A, B and C tiles (tmm1-2-0 and 5-6-7): a
+        // head's scores are one chain of D / 32 dependent tdpbf16ps, and two chains
+        // overlap.
+        if (uniform && !q8 && g + 1 < G) {
+          prefetch_k(g + 1);
+          const char* k0 = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
+          const char* k1 = k0 + 2 * j.k_goff;
+          const uint32_t* q0 = qt + g * D / 2 * R;
+          const uint32_t* q1 = q0 + D / 2 * R;
+          _tile_zero(0);
+          _tile_zero(7);
+          for (int64_t d = 0; d < D; d += 32) {
+            _tile_loadd(1, k0 + 2 * d, kstride);
+            _tile_loadd(2, q0 + d / 2 * R, 4 * R);
+            _tile_dpbf16ps(0, 1, 2);
+            _tile_loadd(5, k1 + 2 * d, kstride);
+            _tile_loadd(6, q1 + d / 2 * R, 4 * R);
+            _tile_dpbf16ps(7, 5, 6);
+          }
+          _tile_stored(0, st, 4 * R);
+          _tile_stored(7, st2, 4 * R);
+          for (int r = 0; r < R; ++r) {  // column r of S^T is row r of S
+            const __m512i idx = _mm512_add_epi32(st_rows, _mm512_set1_epi32(r));
+            _mm512_store_ps(&S[g * R + r][c0], _mm512_mul_ps(_mm512_i32gather_ps(idx, st, 4), scale));
+            _mm512_store_ps(&S[(g + 1) * R + r][c0], _mm512_mul_ps(_mm512_i32gather_ps(idx, st2, 4), scale));
+          }
+          ++g;
+          continue;
+        }
+#endif
 #ifdef OPTX_ATTN_DECODE_AMX
         if (q8) {
           int64_t ks8;
@@ -354,6 +388,33 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         for (int64_t jj = 0; jj < n; jj += 16) _mm512_store_ps(s + jj, _mm512_mul_ps(_mm512_load_ps(s + jj), _mm512_loadu_ps(vsc + jj)));
 #endif
     }
+    // P . V reads a kCh-column piece of each key's V row per pass (KV head g, columns d0
+    // on) and prefetches the piece kPvAhead keys on, running into the next pass. The V
+    // lines used to be prefetched with the scores, a block (64 keys x 2 KiB at 8 KV
+    // heads) before use: DRAM, B = 1 / 8, ctx 8k / 32k, alternating in one process,
+    // 1.19-1.27x the keys/s with this and the two-head scores (the scores alone: ~5%).
+    constexpr int64_t kPvAhead = 16;
+    const bool v_apart = n > 0 && vp[0] != kp[0];  // else V came with the K rows
+    const int64_t passes = (Dv + kCh - 1) / kCh;
+    struct Piece {
+      int64_t off = 0, bytes = 0;  // within a V row; bytes 0: no such pass
+    };
+    const auto piece = [&](int64_t pass) {
+      if (pass >= G * passes) return Piece{};
+      const int64_t d0 = pass % passes * kCh;
+      return Piece{es * (pass / passes * j.v_goff + d0), es * std::min<int64_t>(kCh, Dv - d0)};
+    };
+    const auto prefetch_piece = [&](const Piece& pc, int64_t jj) {
+      const uintptr_t p = reinterpret_cast<uintptr_t>(vp[jj]) + uintptr_t(pc.off), e = p + uintptr_t(pc.bytes);
+      for (uintptr_t l = p & ~uintptr_t(63); l < e; l += 64) _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+    };
+    // Key jj + kPvAhead of this pass, or of the next one past the block's n keys.
+    const auto pv_prefetch = [&](const Piece& cur, const Piece& next, int64_t jj) {
+      if (jj + kPvAhead < n) prefetch_piece(cur, jj + kPvAhead);
+      else if (jj + kPvAhead - n < n) prefetch_piece(next, jj + kPvAhead - n);
+    };
+    if (v_apart && any)
+      for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(piece(0), jj);
 #ifdef OPTX_ATTN_DECODE_AMX
     for (int g = 0; q8 && any && g < G; ++g) {  // int8 V: natural column order
       float* og = o + g * R * Dv;
@@ -361,10 +422,12 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
         constexpr int kV = kCh / 16;
         const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);
+        const Piece cur = piece(g * passes + d0 / kCh), next = piece(g * passes + d0 / kCh + 1);
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < kV; ++v) acc[r][v] = v < nv ? _mm512_loadu_ps(og + r * Dv + d0 + 16 * v) : _mm512_setzero_ps();
         for (int64_t jj = 0; jj < n; ++jj) {
+          if (v_apart) pv_prefetch(cur, next, jj);
           const int8_t* vr = static_cast<const int8_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; ++v)
@@ -386,6 +449,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
         constexpr int kV = kCh / 16;
         const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);  // Dv % 32 == 0: 2 or kV
+        const Piece cur = piece(g * passes + d0 / kCh), next = piece(g * passes + d0 / kCh + 1);
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < kV; v += 2) {
@@ -393,6 +457,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
             else acc[r][v] = acc[r][v + 1] = _mm512_setzero_ps();
           }
         for (int64_t jj = 0; jj < n; ++jj) {
+          if (v_apart) pv_prefetch(cur, next, jj);
           const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; v += 2) {
