@@ -156,21 +156,72 @@ OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv,
   return acc.finish(i, H, next);
 }
 
+// scale_row_sumsq_next on two rows at once, a and b, a chunk of four vectors of each in
+// turn: the core then has two read and two write streams in flight instead of one of
+// each. Each row's sum keeps row_sumsq's order.
+template <class V, class T, class NextA, class NextB>
+OPTX_ALWAYS_INLINE void scale_rows2_sumsq_next(const T* xa, const T* xb, const T* w, float inva, float invb, int64_t H,
+                                               T* outa, T* outb, bool stream, NextA na, NextB nb, float& ssa, float& ssb) {
+  const auto sa = V::set1(inva), sb = V::set1(invb);
+  const bool st_a = stream && simd::stream_aligned<V>(outa), st_b = stream && simd::stream_aligned<V>(outb);
+  SumSq<V> acc_a, acc_b;
+  const auto step = [&](const T* x, const typename V::F& s, T* out, bool st, int64_t i) {
+    const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
+    const auto y0 = y(i), y1 = y(i + V::W), y2 = y(i + 2 * V::W), y3 = y(i + 3 * V::W);
+    if (st) {
+      V::store_stream2(out + i, y0, y1);
+      V::store_stream2(out + i + 2 * V::W, y2, y3);
+    } else {
+      V::store(out + i, y0);
+      V::store(out + i + V::W, y1);
+      V::store(out + i + 2 * V::W, y2);
+      V::store(out + i + 3 * V::W, y3);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 4 * V::W <= H; i += 4 * V::W) {
+    step(xa, sa, outa, st_a, i);
+    na.prefetch(i);
+    acc_a.add4(na(i), na(i + V::W), na(i + 2 * V::W), na(i + 3 * V::W));
+    step(xb, sb, outb, st_b, i);
+    nb.prefetch(i);
+    acc_b.add4(nb(i), nb(i + V::W), nb(i + 2 * V::W), nb(i + 3 * V::W));
+  }
+  scale_row<V>(xa + i, w + i, inva, H - i, outa + i, st_a);
+  scale_row<V>(xb + i, w + i, invb, H - i, outb + i, st_b);
+  ssa = acc_a.finish(i, H, na);
+  ssb = acc_b.finish(i, H, nb);
+}
+
 // Rows [t0, t1) of one thread, each row's statistics gathered while the previous row is
-// written (scale_row_sumsq_next); streaming stores ordered once at the end.
+// written (scale_row_sumsq_next); streaming stores ordered once at the end. The two halves
+// of the range go in lockstep (scale_rows2_sumsq_next): one read and one write stream per
+// core left rms_norm at ~30 GB/s where a plain non-temporal copy with two of each per
+// core, interleaved a KiB at a time, runs 10-15% above one (bf16 4096 x 7168, 2 threads,
+// alternating in one process: 3.94-3.95 -> 3.50-3.55 ms; add_rms_norm, already two of
+// each, 5.74 -> 5.47 ms).
 template <class V, class T, class NextOf>
 OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T* (*row_of)(const Rows&, int64_t),
                                   float first_sumsq, NextOf next_of) {
   const T* w = static_cast<const T*>(r.weight);
-  float ss = first_sumsq;
-  for (int64_t t = t0; t < t1; ++t) {
-    const float inv = inv_rms(ss, r.H, r.eps);
-    T* out = static_cast<T*>(r.out) + t * r.ldo;
-    if (t + 1 < t1)
-      ss = scale_row_sumsq_next<V>(row_of(r, t), w, inv, r.H, out, r.stream_out, next_of(t + 1));
-    else
-      scale_row<V>(row_of(r, t), w, inv, r.H, out, r.stream_out);
+  const auto out = [&](int64_t t) { return static_cast<T*>(r.out) + t * r.ldo; };
+  const auto inv = [&](float ss) { return inv_rms(ss, r.H, r.eps); };
+  // Halves [t0, tm) and [tm, t1); a's has the extra row of an odd count.
+  const int64_t tm = t0 + (t1 - t0 + 1) / 2, nb = t1 - tm;
+  float ssa = first_sumsq, ssb = nb > 0 ? sumsq_of<V>(r.H, next_of(tm)) : 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t a = t0 + i, b = tm + i;
+    const float ia = inv(ssa), ib = inv(ssb);
+    if (b + 1 < t1) {
+      scale_rows2_sumsq_next<V>(row_of(r, a), row_of(r, b), w, ia, ib, r.H, out(a), out(b), r.stream_out, next_of(a + 1),
+                                next_of(b + 1), ssa, ssb);
+      continue;
+    }
+    if (a + 1 < tm) ssa = scale_row_sumsq_next<V>(row_of(r, a), w, ia, r.H, out(a), r.stream_out, next_of(a + 1));
+    else scale_row<V>(row_of(r, a), w, ia, r.H, out(a), r.stream_out);
+    scale_row<V>(row_of(r, b), w, ib, r.H, out(b), r.stream_out);
   }
+  if (tm - t0 > nb) scale_row<V>(row_of(r, t0 + nb), w, inv(ssa), r.H, out(t0 + nb), r.stream_out);
   V::stream_fence();
 }
 

@@ -17,10 +17,10 @@ std::vector<Case> cases() {
   for (bool add : {false, true})
     for (DType dt : {DType::kF32, DType::kBF16})
       for (int64_t H : {1, 7, 16, 17, 769, 5125, 7168})
-        for (int64_t T : {0, 1, 3, 5}) {
+        for (int64_t T : {0, 1, 3, 5, 9, 12}) {  // 9, 12: a thread's rows in two lockstep halves, odd and even
           Case c;
           c.add = add, c.dtype = dt, c.H = H, c.T = T;
-          c.stream = T == 5;
+          c.stream = T == 5 || T == 12;
           c.pad = (H + T) % 3 == 0 ? 5 : 0;
           c.out_aliases_x = (H + T) % 4 == 1;
           c.eps = H == 1 ? 0.0f : 1e-6f;
