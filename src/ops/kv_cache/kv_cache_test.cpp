@@ -337,7 +337,7 @@ TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (auto [rank, rd, style] : {std::tuple{512, 64, RopeStyle::kInterleaved}, {7, 2, RopeStyle::kHalf},
                                      {1, 16, RopeStyle::kInterleavedToHalf}, {769, 64, RopeStyle::kHalf}})
-        for (int64_t T : {0, 1, 9}) {
+        for (int64_t T : {0, 1, 9, 24}) {  // 24: float caches' lockstep halves (mla_tokens2_t) at 1 and 2 threads
           testutil::MlaCase c;
           c.dtype = dt, c.rank = rank, c.rope_dim = rd, c.style = style, c.T = T, c.pos64 = T == 9;
           const auto o = testutil::run_mla(*impl, c, uint64_t(rank + T));
@@ -389,14 +389,16 @@ void unfused_norm_rope(const char* impl, uint16_t* rows, const uint16_t* w, cons
 
 // fused == rms_norm + rope (the same implementation) + kv_cache_write, bit for bit.
 TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
-  const int64_t T = 6, rank = 512, rd = 64, W = rank + rd, S = 16;
+  // 20 tokens: each thread's half runs pairs of tokens in lockstep until token 13's slot -1.
+  const int64_t T = 20, rank = 512, rd = 64, W = rank + rd, S = 32;
   RopeTable table;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = rd, .max_positions = 100}, &table).ok());
   testing::Rng rng(21);
   std::vector<uint16_t> kv(T * W), w(rank);
   testing::fill_bf16(kv.data(), T * W, rng, -3, 3);
   testing::fill_bf16(w.data(), rank, rng, 0.5, 1.5);
-  std::vector<int32_t> pos = {0, 5, 99, 7, 64, 3}, slots = {4, 9, -1, 0, 15, 2};
+  std::vector<int32_t> pos(T), slots(T);
+  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t * 37 % 100), slots[size_t(t)] = t == 13 ? -1 : int32_t(t * 7 % S);
   for (const auto* fi : mla_registry().runnable()) {
     const auto* wi = write_registry().find("generic");
     std::vector<uint16_t> c1(S * W, 0), c2(S * W, 0), tmp(kv);
