@@ -130,25 +130,32 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
 // bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
 // does its residual update for add_rms_norm); returns their sum of squares in
 // row_sumsq's order.
+// out[i, i + 4W) = x * s * w, the main step of the pipelined passes below (stream: out
+// aligned for non-temporal stores).
+template <class V, class T>
+OPTX_ALWAYS_INLINE void scale_chunk4(const T* x, const T* w, typename V::F s, T* out, bool stream, int64_t i) {
+  const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
+  const auto y0 = y(i), y1 = y(i + V::W), y2 = y(i + 2 * V::W), y3 = y(i + 3 * V::W);
+  if (stream) {
+    V::store_stream2(out + i, y0, y1);
+    V::store_stream2(out + i + 2 * V::W, y2, y3);
+  } else {
+    V::store(out + i, y0);
+    V::store(out + i + V::W, y1);
+    V::store(out + i + 2 * V::W, y2);
+    V::store(out + i + 3 * V::W, y3);
+  }
+}
+
 template <class V, class T, class Next>
 OPTX_ALWAYS_INLINE float scale_row_sumsq_next(const T* x, const T* w, float inv, int64_t H, T* out, bool stream,
                                               Next next) {
   const auto s = V::set1(inv);
-  const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
   stream = stream && simd::stream_aligned<V>(out);
   SumSq<V> acc;
   int64_t i = 0;
   for (; i + 4 * V::W <= H; i += 4 * V::W) {
-    const auto y0 = y(i), y1 = y(i + V::W), y2 = y(i + 2 * V::W), y3 = y(i + 3 * V::W);
-    if (stream) {
-      V::store_stream2(out + i, y0, y1);
-      V::store_stream2(out + i + 2 * V::W, y2, y3);
-    } else {
-      V::store(out + i, y0);
-      V::store(out + i + V::W, y1);
-      V::store(out + i + 2 * V::W, y2);
-      V::store(out + i + 3 * V::W, y3);
-    }
+    scale_chunk4<V>(x, w, s, out, stream, i);
     next.prefetch(i);
     acc.add4(next(i), next(i + V::W), next(i + 2 * V::W), next(i + 3 * V::W));
   }
@@ -165,25 +172,12 @@ OPTX_ALWAYS_INLINE void scale_rows2_sumsq_next(const T* xa, const T* xb, const T
   const auto sa = V::set1(inva), sb = V::set1(invb);
   const bool st_a = stream && simd::stream_aligned<V>(outa), st_b = stream && simd::stream_aligned<V>(outb);
   SumSq<V> acc_a, acc_b;
-  const auto step = [&](const T* x, const typename V::F& s, T* out, bool st, int64_t i) {
-    const auto y = [&](int64_t j) { return V::mul(V::mul(V::load(x + j), s), V::load(w + j)); };
-    const auto y0 = y(i), y1 = y(i + V::W), y2 = y(i + 2 * V::W), y3 = y(i + 3 * V::W);
-    if (st) {
-      V::store_stream2(out + i, y0, y1);
-      V::store_stream2(out + i + 2 * V::W, y2, y3);
-    } else {
-      V::store(out + i, y0);
-      V::store(out + i + V::W, y1);
-      V::store(out + i + 2 * V::W, y2);
-      V::store(out + i + 3 * V::W, y3);
-    }
-  };
   int64_t i = 0;
   for (; i + 4 * V::W <= H; i += 4 * V::W) {
-    step(xa, sa, outa, st_a, i);
+    scale_chunk4<V>(xa, w, sa, outa, st_a, i);
     na.prefetch(i);
     acc_a.add4(na(i), na(i + V::W), na(i + 2 * V::W), na(i + 3 * V::W));
-    step(xb, sb, outb, st_b, i);
+    scale_chunk4<V>(xb, w, sb, outb, st_b, i);
     nb.prefetch(i);
     acc_b.add4(nb(i), nb(i + V::W), nb(i + 2 * V::W), nb(i + 3 * V::W));
   }
