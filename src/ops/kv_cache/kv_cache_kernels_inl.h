@@ -99,37 +99,71 @@ void mla_tokens2_t(const MlaArgs& a, int64_t t0, int64_t t1) {
 inline constexpr size_t kQkvAhead = 4096;
 // MHA / GQA: q_out = rope(q); k_cache[slot] = rope(k); v_cache[slot] = v. Cache rows and
 // a large q_out are written with non-temporal stores straight from the rotation: ordinary
-// stores read every destination line from DRAM first (a third more traffic).
+// stores read every destination line from DRAM first (a third more traffic). One token's
+// steps — each q head, each k head, the v rows — so that two tokens can take turns.
 template <class V, class T>
-void qkv_token_t(const QkvArgs& a, int64_t t) {
-  const T* src = static_cast<const T*>(a.qkv) + t * a.ldqkv;
-  const int64_t pos = a.rope.position(t), rd = a.rope.rotary_dim;
-  const float* c = a.rope.cos + pos * a.rope.cs_stride;
-  const float* s = a.rope.sin + pos * a.rope.cs_stride;
+struct QkvToken {
+  const QkvArgs& a;
+  int64_t t;
+  const T* src;
+  const float* c;
+  const float* s;
+  int64_t slot;
+  QkvToken(const QkvArgs& args, int64_t tok) : a(args), t(tok), src(static_cast<const T*>(a.qkv) + t * a.ldqkv) {
+    const int64_t pos = a.rope.position(t);
+    c = a.rope.cos + pos * a.rope.cs_stride;
+    s = a.rope.sin + pos * a.rope.cs_stride;
+    slot = a.slot(t);
+  }
+  static void ahead(const T* p, int64_t n) {
+    for (size_t b = 0; b < sizeof(T) * size_t(n); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(p) + kQkvAhead + b);
+  }
   // Rotated channels go straight from the source row to their destination; only the
   // channels past rotary_dim (if any) need a copy.
-  const size_t tail_bytes = sizeof(T) * size_t(a.d - rd);
-  const auto ahead = [](const T* p, int64_t n) {
-    for (size_t b = 0; b < sizeof(T) * size_t(n); b += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(p) + kQkvAhead + b);
-  };
-  auto head = [&](const T* from, T* to, bool stream) {
+  void head(const T* from, T* to, bool stream) const {
     ahead(from, a.d);
-    rk::rope_head_to<V>(from, to, c, s, rd, a.rope.style, stream);
-    if (tail_bytes) std::memcpy(to + rd, from + rd, tail_bytes);
-  };
-  for (int64_t h = 0; h < a.hq; ++h)
-    head(src + h * a.d, static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h, a.stream_q);
-  const T* kv = src + a.hq * a.d;
-  const int64_t slot = a.slot(t);
-  if (slot < 0) {
-    ahead(kv, 2 * a.hkv * a.d);  // keeps the prefetch stream unbroken for the rows after
-    return;
+    rk::rope_head_to<V>(from, to, c, s, a.rope.rotary_dim, a.rope.style, stream);
+    if (a.d > a.rope.rotary_dim)
+      std::memcpy(to + a.rope.rotary_dim, from + a.rope.rotary_dim, sizeof(T) * size_t(a.d - a.rope.rotary_dim));
   }
-  T* k = static_cast<T*>(a.k_cache) + slot * a.ldk;
-  for (int64_t h = 0; h < a.hkv; ++h) head(kv + h * a.d, k + h * a.d, true);
-  ahead(kv + a.hkv * a.d, a.hkv * a.d);
-  V::stream_copy(static_cast<T*>(a.v_cache) + slot * a.ldv, kv + a.hkv * a.d, sizeof(T) * size_t(a.d * a.hkv));
+  const T* kv() const { return src + a.hq * a.d; }
+  void q(int64_t h) const { head(src + h * a.d, static_cast<T*>(a.q_out) + t * a.ldq_t + h * a.ldq_h, a.stream_q); }
+  void k(int64_t h) const {
+    if (slot >= 0) head(kv() + h * a.d, static_cast<T*>(a.k_cache) + slot * a.ldk + h * a.d, true);
+  }
+  void v() const {
+    if (slot < 0) {
+      ahead(kv(), 2 * a.hkv * a.d);  // keeps the prefetch stream unbroken for the rows after
+      return;
+    }
+    ahead(kv() + a.hkv * a.d, a.hkv * a.d);
+    V::stream_copy(static_cast<T*>(a.v_cache) + slot * a.ldv, kv() + a.hkv * a.d, sizeof(T) * size_t(a.d * a.hkv));
+  }
+};
+
+template <class V, class T>
+void qkv_token_t(const QkvArgs& a, int64_t t) {
+  const QkvToken<V, T> x(a, t);
+  for (int64_t h = 0; h < a.hq; ++h) x.q(h);
+  for (int64_t h = 0; h < a.hkv; ++h) x.k(h);
+  x.v();
+}
+
+// A thread's two token halves in lockstep, a head of one token and then of the other:
+// two read and six write streams per core instead of one and three (see mla_tokens2_t).
+// bf16 T = 4096, 32 / 8 heads of 128, 2 threads, alternating in one process, six runs:
+// 3.59-3.99 -> 3.20-3.95 ms (1-13%, median 9%).
+template <class V, class T>
+void qkv_tokens2_t(const QkvArgs& a, int64_t t0, int64_t t1) {
+  const int64_t tm = t0 + (t1 - t0 + 1) / 2, nb = t1 - tm;
+  for (int64_t i = 0; i < nb; ++i) {
+    const QkvToken<V, T> x(a, t0 + i), y(a, tm + i);
+    for (int64_t h = 0; h < a.hq; ++h) x.q(h), y.q(h);
+    for (int64_t h = 0; h < a.hkv; ++h) x.k(h), y.k(h);
+    x.v();
+    y.v();
+  }
+  if (tm - t0 > nb) qkv_token_t<V, T>(a, t0 + nb);
 }
 
 template <class V>
@@ -145,10 +179,8 @@ void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
 }
 template <class V>
 void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
-  if (a.bf16)
-    for (int64_t t = t0; t < t1; ++t) qkv_token_t<V, uint16_t>(a, t);
-  else
-    for (int64_t t = t0; t < t1; ++t) qkv_token_t<V, float>(a, t);
+  if (a.bf16) qkv_tokens2_t<V, uint16_t>(a, t0, t1);
+  else qkv_tokens2_t<V, float>(a, t0, t1);
   V::stream_fence();
 }
 
