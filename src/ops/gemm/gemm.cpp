@@ -414,7 +414,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         std::memset(d, 0, size_t(k32) * 2);
       }
     }
-    auto compute = [&](int64_t jb, float* dst) {
+    auto compute = [&](int64_t jb, float* dst, int64_t next) {
       const void* bp;
       if (p.packed_b) {
         bp = p.packed_b->panel(jb);
@@ -425,17 +425,34 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 256 KiB) stays in L2 for all
       // the chunk's 32-row blocks; each A block (32 x kAmxKc = 128 KiB) is read from L2
       // once per panel and serves both column halves.
+      // The next panel's B (packed weights, single K block) is asked into L2 a share per
+      // row block, so its stream from DRAM overlaps this panel's tiles: a panel's first
+      // row block otherwise waits on DRAM for all of its 256 KiB while the later ones
+      // run from L2. MoE layer T = 1024 (experts of ~96 rows: 3 row blocks per panel),
+      // alternating in one process, three runs: uniform -7 to -10%, Zipf -3 to -5%;
+      // bf16 2048^3 (7 row blocks per panel) unchanged.
+      const bool pf_next = p.packed_b && next >= 0 && k32 <= kAmxKc;
+      const int nrb = (mpad + kAmxRows - 1) / kAmxRows;
+      const int64_t share = pf_next ? (p.packed_b->panel_bytes + nrb - 1) / nrb / 64 * 64 : 0;
       for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
-        for (int rb = 0; rb < mpad; rb += kAmxRows)
-          kt.amx_block(std::min(kAmxRows, mpad - rb), kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, dst + rb * kNR, kb > 0);
+        for (int rb = 0; rb < mpad; rb += kAmxRows) {
+          Prefetch pf;
+          if (pf_next) {
+            const int64_t off = int64_t(rb / kAmxRows) * share;
+            pf.l2_next = reinterpret_cast<const char*>(p.packed_b->panel(next)) + off;
+            pf.l2_lines = std::max<int64_t>(0, std::min(share, p.packed_b->panel_bytes - off)) / 64;
+          }
+          kt.amx_block(std::min(kAmxRows, mpad - rb), kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, dst + rb * kNR, pf, kb > 0);
+        }
       }
     };
     for (int64_t j = r.p0; j < r.p1; ++j) {
-      compute(j, acc);
+      const int64_t after = j + 1 < r.p1 ? j + 1 : (ic + 1 < r.ic1 ? r.p0 : -1);
+      compute(j, acc, pl.swiglu ? j + pl.out_panels : after);
       if (pl.swiglu) {
-        compute(j + pl.out_panels, acc_up);
+        compute(j + pl.out_panels, acc_up, after);
         epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc_up, nullptr);
       } else {
         epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);

@@ -92,7 +92,7 @@ void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, f
   c_tiles_out(c, kRow1x4);
 }
 
-void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc, bool accumulate) {
+void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* bv, float* acc, const Prefetch& pf, bool accumulate) {
   if (!t_configured) configure();
   const uint8_t* b = static_cast<const uint8_t*>(bv);
   if (rows == kAmxTileRows) {
@@ -100,6 +100,11 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
     return;
   }
   const int64_t lda_bytes = lda * 2;
+  // pf.l2_lines lines (a share of the next panel) into L2, spread over this block's
+  // 2 x kc / 32 steps (see gemm.cpp's run_thread_amx).
+  const int64_t pf_lines = pf.l2_lines, steps = 2 * (kc / 32);
+  const int64_t pf_per_step = (pf_lines + steps - 1) / std::max<int64_t>(steps, 1);
+  int64_t pf_at = 0;
   const uint16_t* a_lo = a;
   const uint16_t* a_hi = a + 16 * lda;
   for (int h = 0; h < 2; ++h) {
@@ -120,6 +125,8 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
           _mm_prefetch(reinterpret_cast<const char*>(pb + r * 256 + 64), _MM_HINT_T0);
         }
       }
+      for (int64_t i = 0; i < pf_per_step && pf_at < pf_lines; ++i, ++pf_at)
+        _mm_prefetch(pf.l2_next + 64 * pf_at, _MM_HINT_T1);
       _tile_loadd(4, a_lo + ks, lda_bytes);
       _tile_loadd(6, bk, 256);
       _tile_loadd(7, bk + 64, 256);

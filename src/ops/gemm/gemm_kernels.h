@@ -84,8 +84,10 @@ struct KernelTable {
   // AMX (may be nullptr): adds A[rows x kc] * B[kc x 64] to the rows x 64 f32 block acc
   // (rows 16 or 32; row stride 64; overwritten unless accumulate), bf16 x bf16, kc a
   // multiple of 32. a: packed rows, row-major with stride lda, zero-padded past K; b: the panel at the
-  // block's first pair row (pair rows are zero-padded to a multiple of 16).
-  void (*amx_block)(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc,
+  // block's first pair row (pair rows are zero-padded to a multiple of 16). pf.l2_next /
+  // l2_lines: lines to pull into L2 during the block (the 32-row kernel; 16-row blocks
+  // run ahead along their own panel).
+  void (*amx_block)(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void* b, float* acc, const Prefetch& pf,
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
   Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;
