@@ -439,6 +439,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
         for (int rb = 0; rb < mpad; rb += kAmxRows) {
           Prefetch pf;
+          if (next >= 0 && p.packed_b && kb + kcur >= k32) pf.next_panel = reinterpret_cast<const char*>(p.packed_b->panel(next));
           if (pf_next) {
             const int64_t off = int64_t(rb / kAmxRows) * share;
             pf.l2_next = reinterpret_cast<const char*>(p.packed_b->panel(next)) + off;

@@ -39,6 +39,7 @@ struct Prefetch {
   bool stream = false;
   const char* l2_next = nullptr;
   int64_t l2_lines = 0;
+  const char* next_panel = nullptr;  // AMX 16-row blocks: where their run-ahead goes past this panel's end
 };
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                             bool accumulate, const Prefetch& pf);
