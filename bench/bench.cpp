@@ -99,7 +99,7 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
 }
 
 std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const {
-  const int min_rounds = quick ? 2 : 4;
+  const int min_rounds = quick ? 2 : 6;  // noise phases last seconds: more, shorter rounds balance them better
   const double block_s = quick ? 0.05 : 0.15;  // timed seconds per block
   std::vector<std::vector<double>> ms(fns.size());
   for (int round = 0; round < min_rounds || int(ms[0].size()) < (quick ? 3 : 7); ++round)
