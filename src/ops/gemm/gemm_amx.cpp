@@ -169,6 +169,7 @@ const KernelTable& kernels_amx() {
                              .gemv4_f32 = amx::gemv4_f32,
                              .gemv4_i8b = amx::gemv4_i8b,
                              .gemv4_bf16b = amx::gemv4_bf16b,
+                             .gemv2_bf16b = {amx::gemv2_bf16b<2>, amx::gemv2_bf16b<3>},
                              .f32b_out = amx::kern_f32_out};
   return t;
 }

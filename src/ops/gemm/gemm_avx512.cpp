@@ -12,6 +12,7 @@ const KernelTable& kernels_avx512() {
                              .gemv4_f32 = avx512::gemv4_f32,
                              .gemv4_i8b = avx512::gemv4_i8b,
                              .gemv4_bf16b = avx512::gemv4_bf16b,
+                             .gemv2_bf16b = {avx512::gemv2_bf16b<2>, avx512::gemv2_bf16b<3>},
                              .f32b_out = avx512::kern_f32_out};
   return t;
 }
