@@ -236,41 +236,24 @@ void gemv4_f32(const Gemv4Args& g) {
   }, 1);
 }
 
-void gemv4_bf16b(const Gemv4Args& g) {
+// bf16 weights, R rows of A against P panels (acc: panel q's rows at acc + q * R * 64).
+// gemv4_bf16b is 1 x 4. Two and three rows take two panels (gemv2_bf16b), so two DRAM
+// streams per core instead of the 6-row kernel's one panel after the other: serial
+// 2816 x 2048 bf16, weights past the LLC, one thread: M = 1 (1 x 4) 18.0-18.3 GB/s,
+// M = 2 and 3 on the 6-row kernel 12.7-13.4. R x P x 4 accumulators (24 zmm at 3 x 2);
+// each 64-column k-pair row is widened once and feeds every row.
+template <int R, int P>
+OPTX_ALWAYS_INLINE void gemv_panels_bf16b(const Gemv4Args& g) {
   const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
-  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {  // k even; odd K reads the zero pad
-    const __m512 a0 = _mm512_set1_ps(g.a[k * kMR]), a1 = _mm512_set1_ps(g.a[(k + 1) * kMR]);
+  __m512 c[P][R][4];
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const uint16_t* bk = static_cast<const uint16_t*>(g.b[p]) + k * kNR;
-      prefetch_b(bk, 4);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m512i v = _mm512_load_si512(bk + 32 * i);
-        c[p][i] = _mm512_fmadd_ps(a0, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), c[p][i]);
-        c[p][i] = _mm512_fmadd_ps(a1, _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), c[p][i]);
-      }
-    }
-  }, 2);
-}
-
-// Two and three rows: two panels at a time, so two DRAM streams per core instead of one
-// (the 6-row kernel reads one panel after the other). Serial 2816 x 2048 bf16, weights
-// past the LLC, one thread: M = 1 (gemv4) 18.0-18.3 GB/s, M = 2 and 3 on the 6-row
-// kernel 12.7-13.4. R x 2 x 4 accumulators (24 zmm at R = 3); each 64-column k-pair row
-// is widened once and feeds every row.
-template <int R>
-void gemv2_bf16b(const Gemv4Args& g) {
-  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
-  __m512 c[2][R][4];
-#pragma GCC unroll 2
-  for (int p = 0; p < 2; ++p)
+  for (int p = 0; p < P; ++p)
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) c[p][r][i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < g.kc; k += 2) {  // k even; odd K reads the zero pad
-#pragma GCC unroll 2
-    for (int p = 0; p < 2; ++p) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
       const uint16_t* bk = static_cast<const uint16_t*>(g.b[p]) + k * kNR;
       prefetch_b(bk, 4);
 #pragma GCC unroll 4
@@ -284,11 +267,17 @@ void gemv2_bf16b(const Gemv4Args& g) {
       }
     }
   }
-#pragma GCC unroll 2
-  for (int p = 0; p < 2; ++p)
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p)
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + (p * R + r) * kNR + 16 * i, c[p][r][i]);
+}
+
+void gemv4_bf16b(const Gemv4Args& g) { gemv_panels_bf16b<1, 4>(g); }
+template <int R>
+void gemv2_bf16b(const Gemv4Args& g) {
+  gemv_panels_bf16b<R, 2>(g);
 }
 
 void gemv4_i8b(const Gemv4Args& g) {
