@@ -56,24 +56,20 @@ bool register_bench(const char* op, BenchFn fn) {
 }
 const std::vector<Registered>& benches() { return bench_list(); }
 
-Timing Context::time_it(const std::function<void()>& fn) const {
-  const double w0 = now_s();
-  fn();  // warm-up: first-touch pages, caches, thread pool
-  const int min_reps = (quick || now_s() - w0 > 1.0) ? 3 : 7;
-  const double min_s = quick ? 0.15 : 0.6;
-  std::vector<double> ms;
-  const double start = now_s();
-  while (int(ms.size()) < min_reps || (now_s() - start < min_s && ms.size() < 1000)) {
-    const double t0 = now_s();
-    fn();
-    ms.push_back((now_s() - t0) * 1e3);
+namespace {
+// Median and 90th percentile of each implementation's samples (ms).
+std::vector<Timing> timings_of(std::vector<std::vector<double>>& ms) {
+  std::vector<Timing> out;
+  for (auto& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back({v[v.size() / 2], v[std::min(v.size() - 1, size_t(double(v.size()) * 0.9))]});
   }
-  std::sort(ms.begin(), ms.end());
-  Timing t;
-  t.median_ms = ms[ms.size() / 2];
-  t.p90_ms = ms[std::min(ms.size() - 1, size_t(double(ms.size()) * 0.9))];
-  return t;
+  return out;
 }
+}  // namespace
+
+// One implementation is the interleaved loop of one (same warm-up, repetitions and time).
+Timing Context::time_it(const std::function<void()>& fn) const { return time_interleaved({fn})[0]; }
 
 std::vector<Timing> Context::time_interleaved(const std::vector<std::function<void()>>& fns) const {
   const double w0 = now_s();
@@ -90,12 +86,7 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
       ms[i].push_back((now_s() - t0) * 1e3);
     }
   }
-  std::vector<Timing> out;
-  for (auto& v : ms) {
-    std::sort(v.begin(), v.end());
-    out.push_back({v[v.size() / 2], v[std::min(v.size() - 1, size_t(double(v.size()) * 0.9))]});
-  }
-  return out;
+  return timings_of(ms);
 }
 
 std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const {
@@ -114,12 +105,7 @@ std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>
         ms[i].push_back((now_s() - t0) * 1e3);
       } while (now_s() - t_start < block_s);
     }
-  std::vector<Timing> out;
-  for (auto& v : ms) {
-    std::sort(v.begin(), v.end());
-    out.push_back({v[v.size() / 2], v[std::min(v.size() - 1, size_t(double(v.size()) * 0.9))]});
-  }
-  return out;
+  return timings_of(ms);
 }
 
 namespace {
