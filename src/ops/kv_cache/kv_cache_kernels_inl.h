@@ -17,6 +17,12 @@ namespace {
 namespace nk = ::optx::norm_detail::OPTX_ISA_NS;
 namespace rk = ::optx::rope_detail::OPTX_ISA_NS;
 
+// Token t's rope part (rope_dim values from `from`) rotated into `to`.
+template <class V, class T>
+OPTX_ALWAYS_INLINE void mla_rope_to(const MlaArgs& a, int64_t t, const T* from, T* to, bool stream) {
+  rk::rope_head_to<V>(from, to, a.rope.cos_at(t), a.rope.sin_at(t), a.rope_dim, a.rope.style, stream);
+}
+
 // MLA: cache[slot] = [rms_norm(c_kv) * w | rope(k_pe)], tokens [t0, t1) of one thread.
 // The latent of token t is scaled straight into its slot with non-temporal stores (slots
 // are scattered, so ordinary stores would first read each destination line from DRAM)
@@ -46,16 +52,13 @@ void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
       ss = nk::scale_row_sumsq_next<V>(src, w, inv, a.rank, dst, !a.i8, nk::LoadRow<V, T>{row(t + 1)});
     else
       nk::scale_row<V>(src, w, inv, a.rank, dst, !a.i8);
-    const int64_t pos = a.rope.position(t);
-    const float* c = a.rope.cos + pos * a.rope.cs_stride;
-    const float* s = a.rope.sin + pos * a.rope.cs_stride;
     if (a.i8) {  // latent quantised from the rounded row (as kv_cache_write would), rope part apart
       quantize_row_i8(static_cast<const T*>(stage), a.rank, static_cast<int8_t*>(a.cache) + slot * a.ldc,
                       a.scales + slot);
-      rk::rope_head_to<V>(src + a.rank, static_cast<T*>(a.rope_cache) + slot * a.ldr, c, s, a.rope_dim, a.rope.style);
+      mla_rope_to<V>(a, t, src + a.rank, static_cast<T*>(a.rope_cache) + slot * a.ldr, false);
       continue;
     }
-    rk::rope_head_to<V>(src + a.rank, dst + a.rank, c, s, a.rope_dim, a.rope.style, /*stream=*/true);
+    mla_rope_to<V>(a, t, src + a.rank, dst + a.rank, /*stream=*/true);
   }
   V::stream_fence();
 }
@@ -69,15 +72,11 @@ template <class V, class T>
 void mla_tokens2_t(const MlaArgs& a, int64_t t0, int64_t t1) {
   const T* w = static_cast<const T*>(a.weight);
   const auto row = [&](int64_t t) { return static_cast<const T*>(a.kv) + t * a.ldkv; };
-  const int64_t tm = t0 + (t1 - t0 + 1) / 2, nb = t1 - tm;
+  const int64_t tm = nk::lockstep_mid(t0, t1), nb = t1 - tm;
   int64_t i = 0;
   if (nb >= 2 && a.slot(t0) >= 0 && a.slot(tm) >= 0) {
     float ssa = nk::row_sumsq<V>(row(t0), a.rank), ssb = nk::row_sumsq<V>(row(tm), a.rank);
-    const auto rope = [&](int64_t t, T* dst) {
-      const int64_t pos = a.rope.position(t);
-      rk::rope_head_to<V>(row(t) + a.rank, dst + a.rank, a.rope.cos + pos * a.rope.cs_stride, a.rope.sin + pos * a.rope.cs_stride,
-                          a.rope_dim, a.rope.style, /*stream=*/true);
-    };
+    const auto rope = [&](int64_t t, T* dst) { mla_rope_to<V>(a, t, row(t) + a.rank, dst + a.rank, /*stream=*/true); };
     for (; i + 1 < nb; ++i) {  // tokens t0 + i and tm + i, while t0 + i + 1 and tm + i + 1 are summed
       const int64_t ta = t0 + i, tb = tm + i;
       if (a.slot(ta + 1) < 0 || a.slot(tb + 1) < 0) break;
@@ -109,12 +108,9 @@ struct QkvToken {
   const float* c;
   const float* s;
   int64_t slot;
-  QkvToken(const QkvArgs& args, int64_t tok) : a(args), t(tok), src(static_cast<const T*>(a.qkv) + t * a.ldqkv) {
-    const int64_t pos = a.rope.position(t);
-    c = a.rope.cos + pos * a.rope.cs_stride;
-    s = a.rope.sin + pos * a.rope.cs_stride;
-    slot = a.slot(t);
-  }
+  QkvToken(const QkvArgs& args, int64_t tok)
+      : a(args), t(tok), src(static_cast<const T*>(a.qkv) + t * a.ldqkv), c(a.rope.cos_at(t)), s(a.rope.sin_at(t)),
+        slot(a.slot(t)) {}
   static void ahead(const T* p, int64_t n) {
     for (size_t b = 0; b < sizeof(T) * size_t(n); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(p) + kQkvAhead + b);
   }
@@ -155,7 +151,7 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
 // 3.59-3.99 -> 3.20-3.95 ms (1-13%, median 9%).
 template <class V, class T>
 void qkv_tokens2_t(const QkvArgs& a, int64_t t0, int64_t t1) {
-  const int64_t tm = t0 + (t1 - t0 + 1) / 2, nb = t1 - tm;
+  const int64_t tm = nk::lockstep_mid(t0, t1), nb = t1 - tm;
   for (int64_t i = 0; i < nb; ++i) {
     const QkvToken<V, T> x(a, t0 + i), y(a, tm + i);
     for (int64_t h = 0; h < a.hq; ++h) x.q(h), y.q(h);

@@ -130,6 +130,10 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
 // bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
 // does its residual update for add_rms_norm); returns their sum of squares in
 // row_sumsq's order.
+// Where a range [t0, t1) splits into the two halves run in lockstep: [t0, mid) and
+// [mid, t1), the first taking the extra item of an odd count.
+inline int64_t lockstep_mid(int64_t t0, int64_t t1) { return t0 + (t1 - t0 + 1) / 2; }
+
 // out[i, i + 4W) = x * s * w, the main step of the pipelined passes below (stream: out
 // aligned for non-temporal stores).
 template <class V, class T>
@@ -200,8 +204,7 @@ OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T
   const T* w = static_cast<const T*>(r.weight);
   const auto out = [&](int64_t t) { return static_cast<T*>(r.out) + t * r.ldo; };
   const auto inv = [&](float ss) { return inv_rms(ss, r.H, r.eps); };
-  // Halves [t0, tm) and [tm, t1); a's has the extra row of an odd count.
-  const int64_t tm = t0 + (t1 - t0 + 1) / 2, nb = t1 - tm;
+  const int64_t tm = lockstep_mid(t0, t1), nb = t1 - tm;
   float ssa = first_sumsq, ssb = nb > 0 ? sumsq_of<V>(r.H, next_of(tm)) : 0.0f;
   for (int64_t i = 0; i < nb; ++i) {
     const int64_t a = t0 + i, b = tm + i;

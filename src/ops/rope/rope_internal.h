@@ -30,6 +30,9 @@ struct Args {
   int64_t position(int64_t t) const {
     return pos64 ? static_cast<const int64_t*>(positions)[t] : static_cast<const int32_t*>(positions)[t];
   }
+  // Token t's rows of the cos / sin tables.
+  const float* cos_at(int64_t t) const { return cos + position(t) * cs_stride; }
+  const float* sin_at(int64_t t) const { return sin + position(t) * cs_stride; }
 };
 
 using RopeFn = Status (*)(const Args&);

@@ -102,9 +102,8 @@ OPTX_ALWAYS_INLINE void rope_head(T* x, const float* c, const float* s, int64_t 
 
 template <class V, class T>
 void rope_token_t(const Args& a, int64_t t) {
-  const int64_t pos = a.position(t);
-  const float* c = a.cos + pos * a.cs_stride;
-  const float* s = a.sin + pos * a.cs_stride;
+  const float* c = a.cos_at(t);
+  const float* s = a.sin_at(t);
   // Each head also asks for the same head of token t + 2: the rotation is an in-place
   // read-modify-write whose next lines the hardware prefetcher, seeing short runs per
   // head, does not fetch early enough on its own.
