@@ -450,16 +450,18 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // run from L2. MoE layer T = 1024 (experts of ~96 rows: 3 row blocks per panel),
       // alternating in one process, three runs: uniform -7 to -10%, Zipf -3 to -5%;
       // bf16 2048^3 (7 row blocks per panel) unchanged.
-      const bool pf_next = p.packed_b && next >= 0 && k32 <= kAmxKc;
-      const int nrb = (mpad + kAmxRows - 1) / kAmxRows;
-      const int64_t share = pf_next ? (p.packed_b->panel_bytes + nrb - 1) / nrb / 64 * 64 : 0;
+      // Shared among the 32-row blocks only: a trailing 16-row block runs ahead along its
+      // own stream (Prefetch::next_panel) and ignores l2_next.
+      const int full = mpad / kAmxRows;
+      const bool pf_next = p.packed_b && next >= 0 && k32 <= kAmxKc && full > 0;
+      const int64_t share = pf_next ? (p.packed_b->panel_bytes + full - 1) / full / 64 * 64 : 0;
       for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
         for (int rb = 0; rb < mpad; rb += kAmxRows) {
           Prefetch pf;
           if (next >= 0 && p.packed_b && kb + kcur >= k32) pf.next_panel = reinterpret_cast<const char*>(p.packed_b->panel(next));
-          if (pf_next) {
+          if (pf_next && rb / kAmxRows < full) {
             const int64_t off = int64_t(rb / kAmxRows) * share;
             pf.l2_next = reinterpret_cast<const char*>(p.packed_b->panel(next)) + off;
             pf.l2_lines = std::max<int64_t>(0, std::min(share, p.packed_b->panel_bytes - off)) / 64;
