@@ -175,8 +175,8 @@ void from_pair_order(float* o, int rows, int64_t Dv) {
 // two). bf16 (TDPBF16PS, q as Q^T pairs [D/2][32][2]) and int8 (TDPBSSD, q quads
 // [L/4][32][4]) share the byte layout: each step takes 64 bytes of every key row and a
 // 2 KiB slab of q, its rows 16-31 64 bytes in. (The tile intrinsics paste their tile
-// numbers into the asm text, so the instruction is chosen by if constexpr in place, not
-// by a helper taking them as parameters.)
+// numbers into the asm text, so the instruction is chosen by a macro that keeps them
+// literal, not by a helper taking them as parameters.)
 template <bool kInt8, class Prefetch>
 OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride[2], const void* q, int64_t bytes, bool two,
                                     Prefetch&& prefetch) {
@@ -191,24 +191,22 @@ OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride
     prefetch();
     _tile_loadd(4, a0 + o, stride[0]);
     _tile_loadd(5, a1 + o, stride[1]);
+#define OPTX_SCORE_TDP(c, a, b) \
+  do {                            \
+    if constexpr (kInt8)          \
+      _tile_dpbssd(c, a, b);      \
+    else                          \
+      _tile_dpbf16ps(c, a, b);    \
+  } while (0)
     _tile_loadd(6, qb + o * 32, 128);
-    if constexpr (kInt8) {
-      _tile_dpbssd(0, 4, 6);
-      _tile_dpbssd(2, 5, 6);
-    } else {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(2, 5, 6);
-    }
+    OPTX_SCORE_TDP(0, 4, 6);
+    OPTX_SCORE_TDP(2, 5, 6);
     if (two) {
       _tile_loadd(7, qb + o * 32 + 64, 128);
-      if constexpr (kInt8) {
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(3, 5, 7);
-      } else {
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
-      }
+      OPTX_SCORE_TDP(1, 4, 7);
+      OPTX_SCORE_TDP(3, 5, 7);
     }
+#undef OPTX_SCORE_TDP
   }
 }
 

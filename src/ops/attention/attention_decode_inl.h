@@ -413,8 +413,10 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       if (jj + kPvAhead < n) prefetch_piece(cur, jj + kPvAhead);
       else if (jj + kPvAhead - n < n) prefetch_piece(next, jj + kPvAhead - n);
     };
-    if (v_apart && any)
-      for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(piece(0), jj);
+    if (v_apart && any) {
+      const Piece first = piece(0);
+      for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(first, jj);
+    }
 #ifdef OPTX_ATTN_DECODE_AMX
     for (int g = 0; q8 && any && g < G; ++g) {  // int8 V: natural column order
       float* og = o + g * R * Dv;
