@@ -12,14 +12,17 @@
 //
 // Threads split the row chunks (M), sized so each thread gets the same number; decode
 // (M <= 16) and too-few-chunk cases split the panels (N) instead, so each thread streams
-// a contiguous run of packed weights, the memory-bound case.
+// whole packed panels, the memory-bound case (up to kMR rows the threads claim groups of
+// panels as they go rather than fixed halves; see ThreadRange).
 #include "ops/gemm/gemm_internal.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/log.h"
 #include "ops/gemm/gemm_kernels.h"
@@ -196,11 +199,37 @@ size_t workspace_bytes(const GemmParams& p) {
 
 struct ThreadRange {
   int64_t p0, p1, ic0, ic1;
+  // Decode with one row chunk of at most kMR rows: the panels are not split up front but
+  // claimed in groups from this cursor (shared by the threads; null: [p0, p1) is this
+  // thread's). Streaming decode is bound by each core's reads, and a core whose
+  // hyperthread sibling is busy streams slower: with fixed halves, M = 1 bf16 4096^2
+  // (2 threads) ran 6-23% apart per call and the call waited on the slower one.
+  std::atomic<int64_t>* cursor = nullptr;
 };
 
-ThreadRange range_for(const Plan& pl, int t) {
+// The output panels a thread computes, in groups of up to n.
+class PanelGroups {
+ public:
+  explicit PanelGroups(const ThreadRange& r) : next_(r.p0), end_(r.p1), cursor_(r.cursor) {}
+  // [j0, j1): the next group (the last may be short); j0 == j1 when none are left.
+  std::pair<int64_t, int64_t> next(int64_t n) {
+    const int64_t j = cursor_ ? std::min(cursor_->fetch_add(n, std::memory_order_relaxed), end_) : next_;
+    next_ = std::min(j + n, end_);
+    return {j, next_};
+  }
+  // The panel this thread computes after j, if it is known (-1 otherwise): the generic
+  // kernel pulls its first block into L2 while finishing j.
+  int64_t after(int64_t j) const { return !cursor_ && j + 1 < end_ ? j + 1 : -1; }
+
+ private:
+  int64_t next_, end_;
+  std::atomic<int64_t>* cursor_;
+};
+
+ThreadRange range_for(const Plan& pl, int t, std::atomic<int64_t>* cursor = nullptr) {
   const int T = pl.threads;
   const int64_t P = pl.out_panels;
+  if (pl.split_n && cursor) return {0, P, 0, pl.n_ic, cursor};
   if (pl.split_n) return {P * t / T, P * (t + 1) / T, 0, pl.n_ic};
   return {0, P, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
 }
@@ -305,40 +334,34 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // Single-row decode on packed weights: four panels per call, four DRAM streams (with
     // SwiGLU: gate j, j+1 and up j, j+1, so two outputs per call).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
-    int64_t j = r.p0;
-    if (mrows == 1 && p.packed_b && gemv4 && !use_dp) {
-      const int64_t outs = pl.swiglu ? 2 : 4;
-      for (; j + outs <= r.p1; j += outs) {
-        Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
-        for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
-        gemv4(g);
-        for (int q = 0; q < outs; ++q) {
-          if (pl.swiglu)
-            epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q), acc + (q + 2) * kNR,
-                           packed_scales(j + q + up));
-          else
-            epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
-        }
+    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp;
+    auto run_gemv4 = [&](int64_t j) {
+      Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
+      for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
+      gemv4(g);
+      for (int q = 0; q < (pl.swiglu ? 2 : 4); ++q) {
+        if (pl.swiglu)
+          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q), acc + (q + 2) * kNR,
+                         packed_scales(j + q + up));
+        else
+          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
       }
-    }
+    };
     // Two and three rows on bf16 packed weights: two panels per call, two DRAM streams
     // (with SwiGLU: gate j and up j, one output per call). Serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%.
     const Gemv4Fn gemv2 = (mrows == 2 || mrows == 3) && bt == DType::kBF16 && p.packed_b && !use_dp ? kt.gemv2_bf16b[mrows - 2] : nullptr;
-    if (gemv2) {
-      const int64_t outs = pl.swiglu ? 1 : 2;
-      for (; j + outs <= r.p1; j += outs) {
-        Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};
-        gemv2(g);
-        if (pl.swiglu) {
-          epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc + mrows * kNR, nullptr);
-        } else {
-          epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
-          epilogue_panel(p, pl, kt, acc + mrows * kNR, row0, mrows, j + 1, nullptr);
-        }
+    auto run_gemv2 = [&](int64_t j) {
+      Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};
+      gemv2(g);
+      if (pl.swiglu) {
+        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc + mrows * kNR, nullptr);
+      } else {
+        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
+        epilogue_panel(p, pl, kt, acc + mrows * kNR, row0, mrows, j + 1, nullptr);
       }
-    }
+    };
     // Reduces B panel jb over all of K into dst (mrows x 64). next_jb is the panel this
     // thread reads after it (-1: none); its first block is pulled into L2 meanwhile.
     // c_out (direct_c): the last K block stores the tile into C there instead of dst.
@@ -383,17 +406,16 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         }
       }
     };
-    for (; j < r.p1; ++j) {
-      const int64_t next = j + 1 < r.p1 ? j + 1 : -1;
+    auto run_panel = [&](int64_t j, int64_t next) {
       if (pl.swiglu) {
         compute(j, j + up, acc);
         compute(j + up, next, acc_up);
         epilogue_panel(p, pl, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
-        continue;
+        return;
       }
       if (float* c = direct_c(row0, j)) {
         compute(j, next, acc, c);
-        continue;
+        return;
       }
       compute(j, next, acc);
       const float* scales = nullptr;
@@ -406,6 +428,20 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         }
       }
       epilogue_panel(p, pl, kt, acc, row0, mrows, j, scales);
+    };
+    // Whole groups go to the decode kernels; a short last group panel by panel.
+    const int64_t group = use_gemv4 ? (pl.swiglu ? 2 : 4) : gemv2 ? (pl.swiglu ? 1 : 2) : 1;
+    PanelGroups groups(r);
+    for (;;) {
+      const auto [j0, j1] = groups.next(group);
+      if (j0 == j1) break;
+      if (j1 - j0 == group && use_gemv4) {
+        run_gemv4(j0);
+      } else if (j1 - j0 == group && gemv2) {
+        run_gemv2(j0);
+      } else {
+        for (int64_t j = j0; j < j1; ++j) run_panel(j, groups.after(j));
+      }
     }
   }
 }
@@ -505,10 +541,14 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  // Shared panel claims only where a thread's next panel does not matter: the decode
+  // kernels, and the generic one below kMR rows (it prefetches the next panel only above).
+  std::atomic<int64_t> cursor{0};
+  std::atomic<int64_t>* shared = !use_amx && pl.split_n && pl.n_ic == 1 && pl.M <= kMR && pl.threads > 1 ? &cursor : nullptr;
   auto body = [&](int t) {
     uint8_t* w = base + size_t(t) * pl.per_thread;
     if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t));
-    else run_thread(pl, p, kt, use_dp, w, range_for(pl, t));
+    else run_thread(pl, p, kt, use_dp, w, range_for(pl, t, shared));
   };
   if (pl.threads == 1) {
     body(0);
