@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +15,6 @@
 #include "optx/runtime.h"
 
 #ifdef OPTX_HAVE_OPENBLAS
-#include <unistd.h>
 extern "C" char* openblas_get_corename(void);
 #endif
 
@@ -291,7 +291,7 @@ float read_stream(const char* p, size_t bytes, int threads) {
 }
 
 double copy_bandwidth(int threads, bool quick, double& read_gbs) {
-  const size_t bytes = size_t(256) << 20;  // per buffer: working set 512 MiB >= 256 MiB
+  const size_t bytes = dram_working_set() / 2;  // per buffer
   char* src = static_cast<char*>(alloc_big(bytes));
   char* dst = static_cast<char*>(alloc_big(bytes));
   if (!src || !dst) return 0;
@@ -314,11 +314,12 @@ double copy_bandwidth(int threads, bool quick, double& read_gbs) {
   std::sort(gbs.begin(), gbs.end());
   const double copy = gbs[gbs.size() / 2];
 
-  // Read-only stream over the same 256 MiB (the floor of weight-streaming decode).
+  // Read-only stream over both buffers in turn (the floor of weight-streaming decode).
   std::vector<double> rd;
   for (int rep = 0; rep < (quick ? 3 : 7); ++rep) {
+    char* p = rep % 2 ? dst : src;
     const double t0 = now_s();
-    read_sink = read_stream(src, bytes, threads);
+    read_sink = read_stream(p, bytes, threads);
     rd.push_back(double(bytes) / (now_s() - t0) * 1e-9);
   }
   std::sort(rd.begin(), rd.end());
@@ -335,6 +336,11 @@ Buffer::Buffer(size_t bytes) : p_(aligned_alloc_bytes(bytes)), bytes_(bytes) {
   if (p_) std::memset(p_, 0, bytes);
 }
 Buffer::~Buffer() { aligned_free(p_); }
+
+size_t dram_working_set() {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max(size_t(512) << 20, llc > 0 ? 2 * size_t(llc) : 0);
+}
 
 Ceilings measure_ceilings(int threads, bool quick) {
   Ceilings c;

@@ -19,7 +19,7 @@ struct Ceilings {
   double fma_f32_gflops = 0;   // peak f32 FMA rate at the run's thread count
   double dot_bf16_gflops = 0;  // peak bf16 dot-product rate (vdpbf16ps, else f32 FMA)
   double amx_bf16_gflops = 0;  // peak AMX tdpbf16ps rate (0 without AMX)
-  double copy_gbytes_per_s = 0;  // DRAM copy, bytes read + written, working set >= 256 MiB
+  double copy_gbytes_per_s = 0;  // DRAM copy, bytes read + written, over dram_working_set()
   double read_gbytes_per_s = 0;  // DRAM read-only stream over the same buffer
 };
 
@@ -99,6 +99,10 @@ struct Registered {
 const std::vector<Registered>& benches();
 
 Ceilings measure_ceilings(int threads, bool quick);
+
+// Bytes a rotation of operands must span so that each call streams them from DRAM: twice
+// the last-level cache (this VM reports a 300 MiB L3), and at least 512 MiB.
+size_t dram_working_set();
 
 // Puts peer libraries in their best configuration before anything is timed; may re-exec
 // the process (argv: the original command line).

@@ -7,8 +7,8 @@
 // peak_bytes: optx's workspace; basic's score + P buffers for one head (it runs heads one
 // at a time — all 16 at once would need 16x that).
 // paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
-// K/V (latent) bytes read; sequences rotate over enough copies that the working set is
-// >= 256 MiB.
+// K/V (latent) bytes read; sequences rotate over enough copies that the working set
+// spans bench::dram_working_set() (twice the LLC).
 #include <omp.h>
 
 #include <algorithm>
@@ -98,8 +98,9 @@ std::vector<std::vector<int32_t>> rotated_tables(int copies, int64_t per_copy, t
   return tables;
 }
 
-// Enough copies of `bytes` to exceed 256 MiB, so rotating them reads from DRAM.
-int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(int64_t(256) << 20) / bytes))); }
+// Enough copies of `bytes` to span bench::dram_working_set(), so rotating them reads
+// from DRAM.
+int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(bench::dram_working_set()) / bytes))); }
 
 // Per-token int8 of `rows` rows of `width` bf16 values, with kv_cache_write's quantiser.
 void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int64_t stride, int8_t* q, float* scales) {

@@ -2,8 +2,8 @@
 //
 // Compute-bound cases (M = N = K = 2048) are judged against the FMA / bf16-dot peaks;
 // decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only. GEMV weights
-// rotate among enough packed copies that the working set is >= 256 MiB, so they stream
-// from DRAM rather than from a (virtualised, possibly huge) last-level cache.
+// rotate among enough packed copies to span bench::dram_working_set() (twice the LLC), so
+// they stream from DRAM rather than from a (virtualised, here 300 MiB) last-level cache.
 #include <algorithm>
 #include <omp.h>
 
@@ -27,8 +27,6 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace optx::gemm_detail {
 namespace {
-
-constexpr int64_t kRotateBytes = int64_t(256) << 20;
 
 std::string shape_case(const char* dtype, int64_t M, int64_t N, int64_t K) {
   return std::string("dtype=") + dtype + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
@@ -152,7 +150,7 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   const bool i8 = wt == DType::kI8;
   const char* dt = i8 ? "i8w" : "bf16";
   const double wbytes = double(N * K) * double(dtype_size(wt)) + (i8 ? 4.0 * N : 0.0);
-  const int copies = int((kRotateBytes + int64_t(wbytes) - 1) / int64_t(wbytes)) + 1;
+  const int copies = int((int64_t(bench::dram_working_set()) + int64_t(wbytes) - 1) / int64_t(wbytes)) + 1;
   testing::Rng rng(5);
   std::vector<uint8_t> raw(size_t(N * K) * dtype_size(wt));
   std::vector<float> scales(static_cast<size_t>(N));

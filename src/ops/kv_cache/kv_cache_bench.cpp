@@ -4,12 +4,13 @@
 // a prefill into 64-slot blocks scattered over a 128 Ki-slot pool: optx against `basic`, the eager composition (norm as to_f32,
 // pow, mean, * rsqrt, to_bf16, * w; rope as HF does it: de-interleave, gather cos/sin,
 // rotate_half, two products, add; then cat and index_copy into the cache). Bytes counted:
-// read kv, write the cache rows. Inputs rotate over 32 sets so the working set (inputs +
-// pool) is > 256 MiB.
+// read kv, write the cache rows. Inputs rotate over enough sets that the working set
+// (inputs + pool) spans bench::dram_working_set() (twice the LLC).
 // qkv_rope_cache, bf16, T = 4096, 32 q heads / 8 kv heads of 128: bytes = read qkv, write
 // q_out and the k / v cache rows.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -40,15 +41,21 @@ std::vector<int32_t> paged_slots(int64_t T, int64_t num_slots, testing::Rng& rng
   return s;
 }
 
+// Input sets to rotate so that they and `fixed` bytes (pool, outputs) span the DRAM
+// working set.
+int sets_for(double fixed, double set_bytes) {
+  return int(std::max(2.0, std::ceil((double(bench::dram_working_set()) - fixed) / set_bytes)));
+}
+
 void bench_mla(bench::Context& ctx) {
   const int64_t T = 4096, R = 512, RD = 64, W = R + RD, S = 128 * 1024;
-  constexpr int kSets = 32;
+  const int sets = sets_for(double(S * W * 2), double(T * W * 2));
   testing::Rng rng(17);
   KvBlockPool pool;
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = W, .planes = 1, .dtype = DType::kBF16}, &pool));
   RopeTable table;
   bench::check(RopeTable::build({.rotary_dim = RD, .max_positions = 8192}, &table));
-  std::vector<testing::AlignedVector<uint16_t>> kv(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<testing::AlignedVector<uint16_t>> kv(sets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : kv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
@@ -64,7 +71,7 @@ void bench_mla(bench::Context& ctx) {
   bench::Record r{.op = "kv_rms_norm_rope_cache", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = selected_impl("kv_rms_norm_rope_cache");
   auto optx_fn = [&] {
-    const size_t s = size_t(set++ % kSets);
+    const size_t s = size_t(set++ % sets);
     bench::check(kv_rms_norm_rope_cache({.kv = make_view(kv[s].data(), DType::kBF16, {T, W}), .weight = make_view(w.data(), DType::kBF16, {R}),
                                   .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
                                   .slots = make_view(slots[s].data(), DType::kI32, {T}), .cache = pool.plane(0), .kv_lora_rank = R}));
@@ -84,7 +91,7 @@ void bench_mla(bench::Context& ctx) {
   const float* ct = static_cast<const float*>(table.cos().data);
   const float* st = static_cast<const float*>(table.sin().data);
   auto basic_fn = [&] {
-    const size_t s = size_t(set++ % kSets);
+    const size_t s = size_t(set++ % sets);
     const uint16_t* x = kv[s].data();
 #define ROWS for (int64_t t = 0; t < T; ++t)
 #pragma omp parallel for num_threads(th)
@@ -130,13 +137,13 @@ void bench_mla(bench::Context& ctx) {
 
 void bench_qkv(bench::Context& ctx) {
   const int64_t T = 4096, HQ = 32, HKV = 8, D = 128, W = (HQ + 2 * HKV) * D, S = 32 * 1024;
-  constexpr int kSets = 3;
+  const int sets = sets_for(double(S * 2 * HKV * D * 2 + T * HQ * D * 2), double(T * W * 2));
   testing::Rng rng(23);
   KvBlockPool pool;
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = HKV * D, .planes = 2, .dtype = DType::kBF16}, &pool));
   RopeTable table;
   bench::check(RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table));
-  std::vector<testing::AlignedVector<uint16_t>> qkv(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
+  std::vector<testing::AlignedVector<uint16_t>> qkv(sets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * W)));
   std::vector<std::vector<int32_t>> slots;
   for (auto& v : qkv) {
     testing::fill_bf16(v.data(), T * W, rng, -2, 2);
@@ -151,7 +158,7 @@ void bench_qkv(bench::Context& ctx) {
   bench::Record r{.op = "qkv_rope_cache", .case_ = "dtype=bf16 T=4096 Hq=32 Hkv=8 D=128", .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = selected_impl("qkv_rope_cache");
   ctx.add(r, ctx.time_it([&] {
-    const size_t s = size_t(set++ % kSets);
+    const size_t s = size_t(set++ % sets);
     bench::check(qkv_rope_cache({.qkv = make_view(qkv[s].data(), DType::kBF16, {T, W}), .q_heads = HQ, .kv_heads = HKV, .head_dim = D,
                           .positions = make_view(pos.data(), DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
                           .slots = make_view(slots[s].data(), DType::kI32, {T}), .k_cache = pool.plane(0), .v_cache = pool.plane(1),
