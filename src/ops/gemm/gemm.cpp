@@ -197,20 +197,41 @@ size_t workspace_bytes(const GemmParams& p) {
   return std::max(plan_workspace_bytes(p), align_up(size_t(m.n_panels() * m.panel_bytes)) + plan_workspace_bytes(q));
 }
 
+// A thread's share of the work: panels [p0, p1) of row chunks [ic0, ic1) — or, where a
+// cursor is given, claimed from it as the thread goes (shared by the threads). The cores
+// of this VM do not run at one speed: a core whose hyperthread sibling (another guest) is
+// busy streams slower, and its tdpbf16ps took 10-11 ns against 6.5 on the other core
+// (a tile microbenchmark, both threads at once). With fixed halves the call waits on the
+// slower core: M = 1 bf16 4096^2 decode ran 6-23% apart per call.
+//   panels: decode with one row chunk of at most kMR rows claims groups of panels;
+//   chunks: the row split claims row chunks.
 struct ThreadRange {
   int64_t p0, p1, ic0, ic1;
-  // Decode with one row chunk of at most kMR rows: the panels are not split up front but
-  // claimed in groups from this cursor (shared by the threads; null: [p0, p1) is this
-  // thread's). Streaming decode is bound by each core's reads, and a core whose
-  // hyperthread sibling is busy streams slower: with fixed halves, M = 1 bf16 4096^2
-  // (2 threads) ran 6-23% apart per call and the call waited on the slower one.
-  std::atomic<int64_t>* cursor = nullptr;
+  std::atomic<int64_t>* panels = nullptr;
+  std::atomic<int64_t>* chunks = nullptr;
+};
+
+// The row chunks a thread computes.
+class RowChunks {
+ public:
+  explicit RowChunks(const ThreadRange& r) : next_(r.ic0), end_(r.ic1), cursor_(r.chunks) {}
+  // The next chunk, or -1 when none is left.
+  int64_t next() {
+    const int64_t ic = cursor_ ? cursor_->fetch_add(1, std::memory_order_relaxed) : next_++;
+    return ic < end_ ? ic : -1;
+  }
+  // Whether another chunk may follow (a prefetch hint: claimed chunks can go to the other thread).
+  bool more(int64_t ic) const { return cursor_ ? cursor_->load(std::memory_order_relaxed) < end_ : ic + 1 < end_; }
+
+ private:
+  int64_t next_, end_;
+  std::atomic<int64_t>* cursor_;
 };
 
 // The output panels a thread computes, in groups of up to n.
 class PanelGroups {
  public:
-  explicit PanelGroups(const ThreadRange& r) : next_(r.p0), end_(r.p1), cursor_(r.cursor) {}
+  explicit PanelGroups(const ThreadRange& r) : next_(r.p0), end_(r.p1), cursor_(r.panels) {}
   // [j0, j1): the next group (the last may be short); j0 == j1 when none are left.
   std::pair<int64_t, int64_t> next(int64_t n) {
     const int64_t j = cursor_ ? std::min(cursor_->fetch_add(n, std::memory_order_relaxed), end_) : next_;
@@ -229,7 +250,7 @@ class PanelGroups {
 ThreadRange range_for(const Plan& pl, int t, std::atomic<int64_t>* cursor = nullptr) {
   const int T = pl.threads;
   const int64_t P = pl.out_panels;
-  if (pl.split_n && cursor) return {0, P, 0, pl.n_ic, cursor};
+  if (cursor) return pl.split_n ? ThreadRange{0, P, 0, pl.n_ic, cursor, nullptr} : ThreadRange{0, P, 0, pl.n_ic, nullptr, cursor};
   if (pl.split_n) return {P * t / T, P * (t + 1) / T, 0, pl.n_ic};
   return {0, P, pl.n_ic * t / T, pl.n_ic * (t + 1) / T};
 }
@@ -318,7 +339,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
   };
 
-  for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
+  RowChunks chunks(r);
+  for (int64_t ic = chunks.next(); ic >= 0; ic = chunks.next()) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     float* af = static_cast<float*>(apack);
@@ -456,7 +478,8 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
   const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
   const uint16_t* a = static_cast<const uint16_t*>(p.a.data);
-  for (int64_t ic = r.ic0; ic < r.ic1; ++ic) {
+  RowChunks chunks(r);
+  for (int64_t ic = chunks.next(); ic >= 0; ic = chunks.next()) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     const int mpad = (mrows + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
@@ -507,7 +530,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       }
     };
     for (int64_t j = r.p0; j < r.p1; ++j) {
-      const int64_t after = j + 1 < r.p1 ? j + 1 : (ic + 1 < r.ic1 ? r.p0 : -1);
+      const int64_t after = j + 1 < r.p1 ? j + 1 : (chunks.more(ic) ? r.p0 : -1);
       compute(j, acc, pl.swiglu ? j + pl.out_panels : after);
       if (pl.swiglu) {
         compute(j + pl.out_panels, acc_up, after);
@@ -541,13 +564,15 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  // Shared panel claims only where a thread's next panel does not matter: the decode
-  // kernels, and the generic one below kMR rows (it prefetches the next panel only above).
+  // Work claimed as the threads go (ThreadRange): row chunks in the row split; in the
+  // panel split only where a thread's next panel does not matter — the decode kernels, and
+  // the generic one below kMR rows (it prefetches the next panel only above).
   std::atomic<int64_t> cursor{0};
-  std::atomic<int64_t>* shared = !use_amx && pl.split_n && pl.n_ic == 1 && pl.M <= kMR && pl.threads > 1 ? &cursor : nullptr;
+  const bool claim = pl.threads > 1 && (pl.split_n ? !use_amx && pl.n_ic == 1 && pl.M <= kMR : true);
+  std::atomic<int64_t>* shared = claim ? &cursor : nullptr;
   auto body = [&](int t) {
     uint8_t* w = base + size_t(t) * pl.per_thread;
-    if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t));
+    if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t, shared));
     else run_thread(pl, p, kt, use_dp, w, range_for(pl, t, shared));
   };
   if (pl.threads == 1) {
