@@ -449,7 +449,15 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
 // Splits the KV axis when there are fewer jobs than threads, so every core streams, but
 // not below kMinSplitBlocks blocks per split: the merge moves every split's partial rows
 // between cores (~15 us for 16 rows of 512, MLA), more than a core spends on 256 keys.
+// Long contexts get up to kBalanceSplits splits per thread, each still kBalanceBlocks
+// blocks or more: the two cores of this VM do not run at one speed (a busy hyperthread
+// sibling — another guest — slowed one core's tdpbf16ps from 6.5 to 10-11 ns in a tile
+// microbenchmark), and with one split per thread the call waits on the slower one, while
+// smaller splits go to whichever thread is free (jobs are scheduled dynamically).
+// Alternating in one process, B = 1: MLA ctx 32k +10-12% (four runs, ±0 and -9% with 4096
+// and 2048 keys per split at ctx 8k, so not below 4096); GQA ctx 32k +3% and +18%.
 constexpr int64_t kMinSplitBlocks = 4;
+constexpr int64_t kBalanceSplits = 4, kBalanceBlocks = 4096 / kKvBlock;
 int64_t decode_splits(const DecodeJobs& d) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
@@ -457,7 +465,9 @@ int64_t decode_splits(const DecodeJobs& d) {
   int64_t max_len = 0;
   for (int64_t b = 0; b < d.B; ++b) max_len = std::max<int64_t>(max_len, d.seq_lens[b]);
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
-  return std::max<int64_t>(1, std::min<int64_t>({(T + jobs - 1) / jobs, blocks / kMinSplitBlocks, int64_t(64)}));
+  const int64_t per_job = (T + jobs - 1) / jobs;
+  const int64_t splits = std::max(std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks));
+  return std::clamp<int64_t>(splits, 1, 64);
 }
 
 // Sized for the larger split count of the two job shapes: the workspace query does not
