@@ -454,8 +454,8 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
 // sibling — another guest — slowed one core's tdpbf16ps from 6.5 to 10-11 ns in a tile
 // microbenchmark), and with one split per thread the call waits on the slower one, while
 // smaller splits go to whichever thread is free (jobs are scheduled dynamically).
-// Alternating in one process, B = 1: MLA ctx 32k +10-12% (four runs, ±0 and -9% with 4096
-// and 2048 keys per split at ctx 8k, so not below 4096); GQA ctx 32k +3% and +18%.
+// Alternating in one process, B = 1, 8 splits against 2: MLA ctx 32k +8% to +14% (four
+// runs), GQA ctx 32k +3% / +18%; at ctx 8k (2048 keys per split) MLA lost 6-9%.
 constexpr int64_t kMinSplitBlocks = 4;
 constexpr int64_t kBalanceSplits = 4, kBalanceBlocks = 4096 / kKvBlock;
 int64_t decode_splits(const DecodeJobs& d) {
