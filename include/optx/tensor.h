@@ -103,6 +103,8 @@ struct TensorView {
   int64_t strides[kMaxRank] = {};
 
   bool empty() const { return data == nullptr && rank == 0; }
+  // Product of the sizes; INT64_MAX where it overflows, so `numel() > 0 && !data` still
+  // catches a null view whose sizes multiply past int64.
   int64_t numel() const;
   bool is_contiguous() const;
   template <class T>

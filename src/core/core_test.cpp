@@ -9,6 +9,7 @@
 #include "optx/optx.h"
 #include "optx/runtime.h"
 #include "optx/tensor.h"
+#include "core/validate.h"
 
 namespace optx {
 namespace {
@@ -80,6 +81,27 @@ TEST(Views, ContiguityAndNumel) {
   EXPECT_FALSE(s.is_contiguous());
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_STREQ(dtype_name(DType::kI64), "i64");
+}
+
+TEST(Views, CheckViewRejectsWhatOpsCannotIndex) {
+  float x[4] = {};
+  auto msg = [](const TensorView& v) { return check_view("op", "t", v).message(); };
+  EXPECT_TRUE(check_view("op", "t", make_view(x, DType::kF32, {2, 2})).ok());
+  EXPECT_TRUE(check_view("op", "t", make_view(nullptr, DType::kF32, {0, 5})).ok());  // no elements: no data needed
+  EXPECT_TRUE(check_view("op", "t", TensorView{}).ok());
+  EXPECT_TRUE(check_view("op", "t", make_view(x, DType::kF32, {int64_t(1) << 40}, {0})).ok());  // a broadcast
+  EXPECT_EQ(msg(make_view(x, DType::kF32, {2, -1})), "op: t.sizes[1]=-1 is negative");
+  EXPECT_EQ(msg(make_view(x, DType::kF32, {2, 2}, {-2, 1})), "op: t.strides[0]=-2 is negative (negative strides are not supported)");
+  EXPECT_EQ(msg(make_view(nullptr, DType::kF32, {2, 2})), "op: t.data is null");
+  TensorView r = make_view(x, DType::kF32, {1});
+  r.rank = 7;
+  EXPECT_EQ(msg(r), "op: t.rank=7 is outside [0, 6]");
+  // Extents and counts past 2^48, including ones whose products wrap int64.
+  EXPECT_NE(msg(make_view(x, DType::kF32, {int64_t(1) << 47, 2})).find("spans more than 2^48"), std::string::npos);
+  EXPECT_FALSE(check_view("op", "t", make_view(x, DType::kBF16, {int64_t(1) << 32, int64_t(1) << 31}, {0, 0})).ok());
+  EXPECT_FALSE(check_view("op", "t", make_view(x, DType::kF32, {3, 3}, {int64_t(1) << 62, 1})).ok());
+  EXPECT_FALSE(check_view("op", "t", make_view(nullptr, DType::kF32, {int64_t(1) << 62, 8})).ok());
+  EXPECT_EQ(make_view(nullptr, DType::kF32, {int64_t(1) << 62, 8}).numel(), INT64_MAX);
 }
 
 TEST(Cpu, FeatureImplications) {

@@ -1,5 +1,9 @@
 #include "optx/tensor.h"
 
+#include <string>
+
+#include "core/validate.h"
+
 namespace optx {
 
 const char* dtype_name(DType t) {
@@ -26,8 +30,45 @@ size_t dtype_size(DType t) {
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= sizes[i];
+  for (int i = 0; i < rank; ++i) {
+    if (sizes[i] == 0) return 0;
+  }
+  for (int i = 0; i < rank; ++i)
+    if (__builtin_mul_overflow(n, sizes[i], &n)) return INT64_MAX;
   return n;
+}
+
+Status check_view(const char* op, const char* name, const TensorView& t) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " is outside [0, ", kMaxRank, "]");
+  if (t.empty()) return Status::Ok();  // not given: whether it may be is the op's call
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes[", d, "]=", t.sizes[d], " is negative");
+  for (int d = 0; d < t.rank; ++d)
+    if (t.strides[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
+                   " is negative (negative strides are not supported)");
+  const int64_t n = t.numel();
+  if (n == 0) return Status::Ok();
+  // Elements and the bytes from the first to the last element: both must stay far from
+  // int64's end so that no size, offset or product an op computes from them overflows.
+  int64_t last = 0;
+  bool wrap = n > kMaxViewElements;
+  for (int d = 0; d < t.rank && !wrap; ++d) {
+    int64_t off = 0;
+    wrap = __builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &off) || __builtin_add_overflow(last, off, &last);
+  }
+  int64_t bytes = 0;
+  if (!wrap) wrap = __builtin_mul_overflow(last + 1, int64_t(dtype_size(t.dtype)), &bytes) || bytes > kMaxViewBytes;
+  if (wrap) {
+    std::string shape;
+    for (int d = 0; d < t.rank; ++d) shape += (d ? ", " : "") + std::to_string(t.sizes[d]);
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " [", shape, "] spans more than 2^", kMaxViewLog2,
+                 " elements or bytes");
+  }
+  if (!t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
 }
 
 bool TensorView::is_contiguous() const {

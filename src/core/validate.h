@@ -1,0 +1,24 @@
+// Checks every op runs on each of its tensor views before it looks at their shapes.
+#pragma once
+
+#include <cstdint>
+
+#include "optx/status.h"
+#include "optx/tensor.h"
+
+namespace optx {
+
+// A view may span at most 2^kMaxViewLog2 elements and bytes: far from int64's end, so
+// the sizes, offsets and products an op computes from it (rows x heads, tokens x top-k,
+// bytes per panel) cannot overflow.
+inline constexpr int kMaxViewLog2 = 48;
+inline constexpr int64_t kMaxViewElements = int64_t(1) << kMaxViewLog2;
+inline constexpr int64_t kMaxViewBytes = int64_t(1) << kMaxViewLog2;
+
+// A rank in [0, kMaxRank], sizes and strides >= 0, an element count and a byte extent
+// (first to last element) within 2^kMaxViewLog2, and data unless the view has no
+// elements. An empty view (not given) passes: whether an argument is optional is the
+// op's to check. The error names op, the argument and the offending value.
+Status check_view(const char* op, const char* name, const TensorView& t);
+
+}  // namespace optx
