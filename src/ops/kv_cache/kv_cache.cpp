@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/validate.h"
 #include "ops/kv_cache/kv_cache_internal.h"
 
 namespace optx {
@@ -17,21 +18,20 @@ namespace kv_detail {
 namespace {
 
 Status check_rows(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols) {
+  OPTX_RETURN_IF_ERROR(check_view(op, name, t));
   if (t.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " but must be 2");
   if ((rows >= 0 && t.sizes[0] != rows) || t.sizes[1] != cols)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes=[", t.sizes[0], ", ", t.sizes[1], "] but must be [",
                  rows >= 0 ? std::to_string(rows) : std::string("num_slots"), ", ", cols, "]");
-  if (t.strides[0] < 0 || t.strides[1] < 0)
-    return Error(StatusCode::kInvalidArgument, op, ": ", name, " has a negative stride");
   if (cols > 1 && t.strides[1] != 1)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[1]=", t.strides[1], " but must be 1");
   if (t.sizes[0] > 1 && t.strides[0] < cols)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[0]=", t.strides[0], " but must be >= ", cols);
-  if (t.sizes[0] > 0 && cols > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
   return Status::Ok();
 }
 
 Status check_slots(const char* op, const TensorView& s, int64_t T, int64_t num_slots) {
+  OPTX_RETURN_IF_ERROR(check_view(op, "slots", s));
   if (s.rank != 1 || s.sizes[0] != T)
     return Error(StatusCode::kInvalidArgument, op, ": slots must be [T=", T, "], got rank ", s.rank, " sizes[0]=", s.sizes[0]);
   if (s.dtype != DType::kI32 && s.dtype != DType::kI64)
@@ -150,9 +150,12 @@ Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
   constexpr const char* op = "kv_cache_write";
   if (p.k.empty() && p.v.empty()) return Error(StatusCode::kInvalidArgument, op, ": k and v are both empty");
   const TensorView& first = p.k.empty() ? p.v : p.k;
-  if (first.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": k.rank=", first.rank, " but must be 2 ([T, row])");
+  const char* first_name = p.k.empty() ? "v" : "k";
+  OPTX_RETURN_IF_ERROR(check_view(op, first_name, first));
+  if (first.rank != 2)
+    return Error(StatusCode::kInvalidArgument, op, ": ", first_name, ".rank=", first.rank, " but must be 2 ([T, row])");
   if (first.dtype != DType::kF32 && first.dtype != DType::kBF16)
-    return Error(StatusCode::kInvalidArgument, op, ": k.dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
+    return Error(StatusCode::kInvalidArgument, op, ": ", first_name, ".dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
   const int64_t T = first.sizes[0], row = first.sizes[1];
   a->T = T;
   a->row = row;
@@ -191,16 +194,24 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
   constexpr const char* op = "gather_pa_kv_cache";
   const TensorView& bt = p.block_tables;
   const TensorView& sl = p.seq_lens;
+  OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", bt));
+  OPTX_RETURN_IF_ERROR(check_view(op, "seq_lens", sl));
   if (bt.rank != 2 || bt.dtype != DType::kI32 || (bt.sizes[1] > 1 && bt.strides[1] != 1) || bt.strides[0] < bt.sizes[1])
-    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B, max_blocks] with contiguous rows");
+    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B, max_blocks] with contiguous rows, got ",
+                 dtype_name(bt.dtype), " rank ", bt.rank, " sizes [", bt.sizes[0], ", ", bt.sizes[1], "] strides [", bt.strides[0],
+                 ", ", bt.strides[1], "]");
   const int64_t B = bt.sizes[0];
   if (sl.rank != 1 || sl.sizes[0] != B || sl.dtype != DType::kI32 || (B > 1 && sl.strides[0] != 1))
-    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "]");
-  if (B > 0 && (!bt.data || !sl.data)) return Error(StatusCode::kInvalidArgument, op, ": block_tables or seq_lens data is null");
+    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "], got ", dtype_name(sl.dtype),
+                 " rank ", sl.rank, " sizes[0]=", sl.sizes[0], " strides[0]=", sl.strides[0]);
   if (p.block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", p.block_size, " must be >= 1");
   if (p.k_cache.empty() && p.v_cache.empty()) return Error(StatusCode::kInvalidArgument, op, ": k_cache and v_cache are both empty");
   const TensorView& first = p.k_cache.empty() ? p.v_cache : p.k_cache;
-  if (first.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": k_cache.rank=", first.rank, " but must be 2");
+  const char* first_name = p.k_cache.empty() ? "v_cache" : "k_cache";
+  OPTX_RETURN_IF_ERROR(check_view(op, first_name, first));
+  if (first.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": ", first_name, ".rank=", first.rank, " but must be 2");
+  if (first.dtype != DType::kF32 && first.dtype != DType::kBF16 && first.dtype != DType::kI8)
+    return Error(StatusCode::kInvalidArgument, op, ": ", first_name, ".dtype=", dtype_name(first.dtype), " but must be f32, bf16 or i8");
   const int64_t num_slots = first.sizes[0], row = first.sizes[1];
   if (num_slots % p.block_size)
     return Error(StatusCode::kInvalidArgument, op, ": cache has ", num_slots, " slots, not a multiple of block_size=", p.block_size);
@@ -209,9 +220,10 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
   const int32_t* tables = static_cast<const int32_t*>(bt.data);
   int64_t total = 0;
   for (int64_t b = 0; b < B; ++b) {
-    if (lens[b] < 0 || lens[b] > max_blocks * p.block_size)
-      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", lens[b], " is outside [0, max_blocks * block_size = ",
-                   max_blocks * p.block_size, "]");
+    // Blocks, not tokens: max_blocks * block_size may pass int64 for a huge block_size.
+    if (lens[b] < 0 || lens[b] / p.block_size + (lens[b] % p.block_size != 0) > max_blocks)
+      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", lens[b], " needs more than max_blocks=", max_blocks,
+                   " blocks of block_size=", p.block_size);
     for (int64_t j = 0; j * p.block_size < lens[b]; ++j) {
       const int32_t id = tables[b * bt.strides[0] + j];
       if (id < 0 || id >= num_blocks)
@@ -247,6 +259,7 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
     OPTX_RETURN_IF_ERROR(check_cache_scales(op, cache, w ? p.v_scales : p.k_scales, w ? "v_scales" : "k_scales", &c.scales));
     if (cache.dtype == DType::kI8) {
       const TensorView& so = w ? p.v_scales_out : p.k_scales_out;
+      OPTX_RETURN_IF_ERROR(check_view(op, w ? "v_scales_out" : "k_scales_out", so));
       if (so.rank != 1 || so.sizes[0] != total || so.dtype != DType::kF32 || !so.data || (total > 1 && so.strides[0] != 1))
         return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales_out" : "k_scales_out",
                      " must be contiguous f32 [", total, "] for an i8 cache");
@@ -259,20 +272,24 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
 Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
   constexpr const char* op = "kv_rms_norm_rope_cache";
   const TensorView& kv = p.kv;
+  OPTX_RETURN_IF_ERROR(check_view(op, "kv", kv));
   if (kv.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": kv.rank=", kv.rank, " but must be 2");
   if (kv.dtype != DType::kF32 && kv.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, op, ": kv.dtype=", dtype_name(kv.dtype), " but must be f32 or bf16");
-  const int64_t T = kv.sizes[0], width = kv.sizes[1], rank = p.kv_lora_rank, rd = width - rank;
+  const int64_t T = kv.sizes[0], width = kv.sizes[1], rank = p.kv_lora_rank;
+  const int64_t rd = rank >= 1 && rank <= width ? width - rank : 0;  // rank is unchecked input: no width - INT64_MIN
   if (rank < 1 || rd < 2)
     return Error(StatusCode::kInvalidArgument, op, ": kv.sizes[1]=", width, " must be kv_lora_rank=", rank,
                  " (>= 1) plus a rope part of >= 2");
   if (width > kMaxMlaRow)
     return Error(StatusCode::kInvalidArgument, op, ": kv.sizes[1]=", width, " exceeds the supported row of ", kMaxMlaRow);
   OPTX_RETURN_IF_ERROR(check_rows(op, kv, "kv", T, width));
+  OPTX_RETURN_IF_ERROR(check_view(op, "weight", p.weight));
   if (p.weight.rank != 1 || p.weight.sizes[0] != rank || p.weight.dtype != kv.dtype || !p.weight.data ||
       (rank > 1 && p.weight.strides[0] != 1))
     return Error(StatusCode::kInvalidArgument, op, ": weight must be contiguous ", dtype_name(kv.dtype), " [kv_lora_rank=", rank, "]");
-  if (!(p.eps >= 0.0f)) return Error(StatusCode::kInvalidArgument, op, ": eps=", p.eps, " must be >= 0");
+  if (!(p.eps >= 0.0f) || std::isinf(p.eps))
+    return Error(StatusCode::kInvalidArgument, op, ": eps=", p.eps, " must be finite and >= 0");
   const bool i8 = p.cache.dtype == DType::kI8;
   OPTX_RETURN_IF_ERROR(check_rows(op, p.cache, "cache", -1, i8 ? rank : width));
   if (p.cache.dtype != kv.dtype && !i8)
@@ -313,20 +330,31 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
   if (p.q_heads < 1 || p.kv_heads < 1 || p.head_dim < 2)
     return Error(StatusCode::kInvalidArgument, op, ": q_heads=", p.q_heads, ", kv_heads=", p.kv_heads, ", head_dim=", p.head_dim,
                  " must be >= 1, >= 1, >= 2");
+  OPTX_RETURN_IF_ERROR(check_view(op, "qkv", x));
   if (x.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": qkv.rank=", x.rank, " but must be 2");
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, op, ": qkv.dtype=", dtype_name(x.dtype), " but must be f32 or bf16");
-  const int64_t T = x.sizes[0], d = p.head_dim, kvw = p.kv_heads * d;
-  OPTX_RETURN_IF_ERROR(check_rows(op, x, "qkv", T, (p.q_heads + 2 * p.kv_heads) * d));
+  // The row width from the head counts in checked arithmetic: a wrapped product matched a
+  // zero-width qkv and the kernels then walked q_heads heads.
+  const int64_t T = x.sizes[0], d = p.head_dim;
+  int64_t heads = 0, width = 0, kvw = 0;
+  if (__builtin_add_overflow(p.q_heads, 2 * std::min<int64_t>(p.kv_heads, kMaxViewElements), &heads) ||
+      __builtin_mul_overflow(heads, d, &width) || width > kMaxViewElements || __builtin_mul_overflow(p.kv_heads, d, &kvw))
+    return Error(StatusCode::kInvalidArgument, op, ": (q_heads=", p.q_heads, " + 2 x kv_heads=", p.kv_heads, ") x head_dim=", d,
+                 " exceeds 2^", kMaxViewLog2);
+  OPTX_RETURN_IF_ERROR(check_rows(op, x, "qkv", T, width));
   const int64_t rd = p.rotary_dim == 0 ? d : p.rotary_dim;
   if (rd > d) return Error(StatusCode::kInvalidArgument, op, ": rotary_dim=", rd, " exceeds head_dim=", d);
   OPTX_RETURN_IF_ERROR(rope_detail::table_args(op, p.positions, p.cos, p.sin, rd, p.style, T, &a->rope));
   const TensorView& q = p.q_out;
+  OPTX_RETURN_IF_ERROR(check_view(op, "q_out", q));
   if (q.rank != 3 || q.sizes[0] != T || q.sizes[1] != p.q_heads || q.sizes[2] != d || q.dtype != x.dtype)
     return Error(StatusCode::kInvalidArgument, op, ": q_out must be ", dtype_name(x.dtype), " [T=", T, ", q_heads=", p.q_heads,
                  ", head_dim=", d, "]");
-  if (q.strides[2] != 1 || q.strides[1] < d || q.strides[0] < 0 || (T > 0 && !q.data))
-    return Error(StatusCode::kInvalidArgument, op, ": q_out needs contiguous heads (strides [*, >= ", d, ", 1]) and data");
+  // Rows of heads that do not overlap (q_out is written by several threads).
+  if (q.strides[2] != 1 || q.strides[1] < d || (T > 1 && q.strides[0] < (p.q_heads - 1) * q.strides[1] + d))
+    return Error(StatusCode::kInvalidArgument, op, ": q_out.strides=[", q.strides[0], ", ", q.strides[1], ", ", q.strides[2],
+                 "] but must be [>= (q_heads - 1) * strides[1] + head_dim, >= head_dim=", d, ", 1]");
   for (int w = 0; w < 2; ++w) {
     const TensorView& c = w ? p.v_cache : p.k_cache;
     const char* cn = w ? "v_cache" : "k_cache";

@@ -3,6 +3,8 @@
 // compositions (bitwise), and bad inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <tuple>
 
@@ -586,6 +588,80 @@ TEST(KvCacheBadInput, MessagesNameTheArgument) {
       << st.message();
   m.kv_lora_rank = 9;
   EXPECT_NE(kv_rms_norm_rope_cache(m).message().find("kv.sizes[1]=10 must be kv_lora_rank=9"), std::string::npos);
+}
+
+// Inputs a fuzz sweep found crashing, wrapping or writing out of bounds: each must be an
+// error naming the argument, with nothing written.
+TEST(KvCacheBadInput, NegativeAndWrappingSizes) {
+  std::vector<uint16_t> k(4 * 8), cache(6 * 8);
+  std::vector<int32_t> slots = {0, 1, 2, 3};
+  auto expect_error = [](const Status& st, const std::string& part) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(part), std::string::npos) << st.message();
+  };
+  // A negative row length used to pass (the checks only looked at rows > 1) and reach
+  // memcpy as a huge size.
+  expect_error(kv_cache_write({.k = make_view(k.data(), DType::kBF16, {4, -1}), .slots = make_view(slots.data(), DType::kI32, {4}),
+                               .k_cache = make_view(cache.data(), DType::kBF16, {6, -1})}),
+               "kv_cache_write: k.sizes[1]=-1 is negative");
+  expect_error(kv_cache_write({.k = make_view(k.data(), DType::kBF16, {-1, 8}), .slots = make_view(slots.data(), DType::kI32, {-1}),
+                               .k_cache = make_view(cache.data(), DType::kBF16, {6, 8})}),
+               "k.sizes[0]=-1 is negative");
+  std::vector<int32_t> tables = {0, 1}, lens = {3};
+  GatherKvParams g{.k_cache = make_view(cache.data(), DType::kBF16, {6, -1}), .block_tables = make_view(tables.data(), DType::kI32, {1, 2}),
+                   .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 2,
+                   .k_out = make_view(k.data(), DType::kBF16, {3, -1})};
+  expect_error(gather_pa_kv_cache(g), "k_cache.sizes[1]=-1 is negative");
+  g.k_cache = make_view(cache.data(), DType::kBF16, {6, 8});
+  g.k_out = make_view(k.data(), DType::kBF16, {3, 8});
+  g.block_size = int64_t(1) << 62;  // max_blocks * block_size wrapped
+  EXPECT_FALSE(gather_pa_kv_cache(g).ok());
+  g.block_size = 2;
+  g.block_tables = make_view(tables.data(), DType::kI32, {2, 1}, {-1, 1});
+  g.seq_lens = make_view(lens.data(), DType::kI32, {2}, {0});
+  expect_error(gather_pa_kv_cache(g), "block_tables.strides[0]=-1 is negative");
+
+  // qkv_rope_cache: T = -1 reached the kernels as row -1; head counts whose row width wraps
+  // to 0 matched a zero-width qkv.
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 4, .max_positions = 4}, &table).ok());
+  std::vector<uint16_t> x(2 * 12), q(2 * 4), kc(4 * 4), vc(4 * 4);
+  std::vector<int32_t> pos = {0, 1};
+  QkvRopeCacheParams qp{.qkv = make_view(x.data(), DType::kBF16, {-1, 12}), .q_heads = 1, .kv_heads = 1, .head_dim = 4,
+                        .positions = make_view(pos.data(), DType::kI32, {-1}), .cos = table.cos(), .sin = table.sin(),
+                        .slots = make_view(slots.data(), DType::kI32, {-1}), .k_cache = make_view(kc.data(), DType::kBF16, {4, 4}),
+                        .v_cache = make_view(vc.data(), DType::kBF16, {4, 4}), .q_out = make_view(q.data(), DType::kBF16, {-1, 1, 4})};
+  expect_error(qkv_rope_cache(qp), "qkv.sizes[0]=-1 is negative");
+  qp.qkv = make_view(x.data(), DType::kBF16, {2, 0});
+  qp.q_heads = (int64_t(1) << 62) - 2;
+  expect_error(qkv_rope_cache(qp), "exceeds 2^48");
+
+  // kv_rms_norm_rope_cache: kv_lora_rank = INT64_MIN made width - rank overflow.
+  std::vector<uint16_t> kv(2 * 10), w(8);
+  KvRmsNormRopeCacheParams m{.kv = make_view(kv.data(), DType::kBF16, {2, 10}), .weight = make_view(w.data(), DType::kBF16, {8}),
+                             .positions = make_view(pos.data(), DType::kI32, {2}), .cos = table.cos(), .sin = table.sin(),
+                             .slots = make_view(slots.data(), DType::kI32, {2}),
+                             .cache = make_view(cache.data(), DType::kBF16, {4, 10}), .kv_lora_rank = INT64_MIN};
+  expect_error(kv_rms_norm_rope_cache(m), "kv_lora_rank=");
+  m.kv_lora_rank = 8;
+  m.eps = INFINITY;
+  expect_error(kv_rms_norm_rope_cache(m), "eps=inf must be finite");
+}
+
+TEST(KvPoolBadInput, SizesThatWrapAndNullBlocks) {
+  KvBlockPool pool;
+  // num_blocks x block_size x row wrapped to a ~64-byte pool that views then indexed as huge.
+  EXPECT_FALSE(KvBlockPool::create({.num_blocks = 1, .block_size = int64_t(1) << 62, .row = 4, .planes = 1, .dtype = DType::kF32}, &pool).ok());
+  EXPECT_FALSE(KvBlockPool::create({.num_blocks = 4, .block_size = int64_t(1) << 61, .row = 1, .planes = 1, .dtype = DType::kF32}, &pool).ok());
+  EXPECT_FALSE(KvBlockPool::create({.num_blocks = 1, .block_size = int64_t(1) << 40, .row = int64_t(1) << 30, .planes = 1}, &pool).ok());
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 2, .block_size = 4, .row = 8, .planes = 1}, &pool).ok());
+  EXPECT_EQ(pool.release(nullptr, 1).message(), "kv_pool.release: blocks is null (n=1)");
+  EXPECT_EQ(pool.allocate(-1, nullptr).message(), "kv_pool.allocate: n=-1 is negative");
+  KvSequence seq(4);
+  EXPECT_FALSE(seq.reserve(pool, INT64_MAX).ok());  // tokens + block_size - 1 wrapped to 0 blocks
+  EXPECT_FALSE(seq.reserve(pool, -100).ok());
+  EXPECT_EQ(seq.num_blocks(), 0);
+  EXPECT_EQ(pool.free_blocks(), 2);
 }
 
 TEST(KvCacheDispatch, SelectedRespectsMaxIsa) {

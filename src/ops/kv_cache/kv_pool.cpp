@@ -1,7 +1,9 @@
 // Block pool and sequences: one allocation at creation, a free-list stack of block ids,
 // no heap allocation when sequences grow or shrink.
 #include <cstring>
+#include <new>
 
+#include "core/validate.h"
 #include "optx/kv_cache.h"
 
 namespace optx {
@@ -21,19 +23,29 @@ Status KvBlockPool::create(const KvPoolConfig& cfg, KvBlockPool* out) {
     return Error(StatusCode::kInvalidArgument, op, ": planes=", cfg.planes, " must be 1 (latent) or 2 (K and V)");
   if (cfg.dtype != DType::kF32 && cfg.dtype != DType::kBF16 && cfg.dtype != DType::kI8)
     return Error(StatusCode::kInvalidArgument, op, ": dtype=", dtype_name(cfg.dtype), " must be f32, bf16 or i8");
-  const size_t slots = size_t(cfg.num_blocks) * size_t(cfg.block_size);
+  // Slots and bytes in checked arithmetic: a wrapped product would give a small pool that
+  // views and ops then index as the large one.
+  int64_t slots = 0, plane = 0;
+  if (__builtin_mul_overflow(cfg.num_blocks, cfg.block_size, &slots) || slots > kMaxViewElements ||
+      __builtin_mul_overflow(slots, cfg.row, &plane) || plane > kMaxViewElements)
+    return Error(StatusCode::kInvalidArgument, op, ": num_blocks=", cfg.num_blocks, " x block_size=", cfg.block_size,
+                 " x row=", cfg.row, " exceeds 2^", kMaxViewLog2, " elements per plane");
   KvBlockPool p;
   p.cfg_ = cfg;
-  p.plane_bytes_ = round_up(slots * size_t(cfg.row) * dtype_size(cfg.dtype), kAlign);
-  p.scale_bytes_ = cfg.dtype == DType::kI8 ? round_up(slots * sizeof(float), kAlign) : 0;
+  p.plane_bytes_ = round_up(size_t(plane) * dtype_size(cfg.dtype), kAlign);
+  p.scale_bytes_ = cfg.dtype == DType::kI8 ? round_up(size_t(slots) * sizeof(float), kAlign) : 0;
   const size_t total = size_t(cfg.planes) * (p.plane_bytes_ + p.scale_bytes_);
   p.storage_ = aligned_alloc_bytes(total);
   if (!p.storage_) return Error(StatusCode::kOutOfMemory, op, ": cannot allocate ", total, " bytes");
   // Touch once now (zeros): first-touch page faults belong to load time, not to decode.
   std::memset(p.storage_, 0, total);
-  p.free_.resize(size_t(cfg.num_blocks));
+  try {
+    p.free_.resize(size_t(cfg.num_blocks));
+    p.in_use_.assign(size_t(cfg.num_blocks), 0);
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfMemory, op, ": cannot allocate the free list of ", cfg.num_blocks, " blocks");
+  }
   for (int64_t b = 0; b < cfg.num_blocks; ++b) p.free_[size_t(b)] = int32_t(cfg.num_blocks - 1 - b);  // pop 0 first
-  p.in_use_.assign(size_t(cfg.num_blocks), 0);
   *out = std::move(p);
   return Status::Ok();
 }
@@ -67,7 +79,8 @@ TensorView KvBlockPool::scales(int p) const {
 }
 
 Status KvBlockPool::allocate(int64_t n, int32_t* blocks) {
-  if (n < 0 || (n > 0 && !blocks)) return Error(StatusCode::kInvalidArgument, "kv_pool.allocate: n=", n, " with blocks null");
+  if (n < 0) return Error(StatusCode::kInvalidArgument, "kv_pool.allocate: n=", n, " is negative");
+  if (n > 0 && !blocks) return Error(StatusCode::kInvalidArgument, "kv_pool.allocate: blocks is null (n=", n, ")");
   if (n > int64_t(free_.size()))
     return Error(StatusCode::kOutOfMemory, "kv_pool.allocate: requested ", n, " blocks but only ", free_.size(), " of ",
                  cfg_.num_blocks, " are free");
@@ -80,6 +93,8 @@ Status KvBlockPool::allocate(int64_t n, int32_t* blocks) {
 }
 
 Status KvBlockPool::release(const int32_t* blocks, int64_t n) {
+  if (n < 0) return Error(StatusCode::kInvalidArgument, "kv_pool.release: n=", n, " is negative");
+  if (n > 0 && !blocks) return Error(StatusCode::kInvalidArgument, "kv_pool.release: blocks is null (n=", n, ")");
   // First pass marks (1 -> 2) so an id repeated in the call is caught before anything is freed.
   for (int64_t i = 0; i < n; ++i) {
     const bool ok = blocks[i] >= 0 && blocks[i] < cfg_.num_blocks && in_use_[size_t(blocks[i])] == 1;
@@ -99,7 +114,8 @@ Status KvBlockPool::release(const int32_t* blocks, int64_t n) {
 
 Status KvSequence::reserve(KvBlockPool& pool, int64_t tokens) {
   const int64_t bs = pool.config().block_size;
-  const int64_t need = (tokens + bs - 1) / bs;
+  if (tokens < 0) return Error(StatusCode::kInvalidArgument, "kv_sequence.reserve: tokens=", tokens, " is negative");
+  const int64_t need = tokens / bs + (tokens % bs != 0);  // no tokens + bs - 1: it wraps near INT64_MAX
   if (need > int64_t(blocks_.size()))
     return Error(StatusCode::kInvalidArgument, "kv_sequence.reserve: ", tokens, " tokens need ", need,
                  " blocks but the table holds at most ", blocks_.size());
