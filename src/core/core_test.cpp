@@ -104,6 +104,18 @@ TEST(Views, CheckViewRejectsWhatOpsCannotIndex) {
   EXPECT_EQ(make_view(nullptr, DType::kF32, {int64_t(1) << 62, 8}).numel(), INT64_MAX);
 }
 
+TEST(Views, CheckDisjointFindsOverlappingOutputs) {
+  float x[64] = {};
+  EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 3, 4})).ok());
+  EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {1, 3})).ok());   // transposed
+  EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {1, 4}, {0, 1})).ok());   // size-1 dims: any stride
+  EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 2, 4}, {16, 4, 1})).ok());  // padded rows
+  EXPECT_EQ(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {0, 1})).message(),
+            "op: t.strides[0]=0 makes elements overlap (it must exceed 3, the span of the dims with smaller strides)");
+  EXPECT_FALSE(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {2, 1})).ok());  // rows 2 apart, 4 long
+  EXPECT_FALSE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 2, 4}, {8, 5, 1})).ok());
+}
+
 TEST(Cpu, FeatureImplications) {
   const CpuFeatures& f = cpu_features();
   if (f.avx512_bf16) {

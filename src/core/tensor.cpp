@@ -1,6 +1,7 @@
 #include "optx/tensor.h"
 
 #include <string>
+#include <utility>
 
 #include "core/validate.h"
 
@@ -68,6 +69,24 @@ Status check_view(const char* op, const char* name, const TensorView& t) {
                  " elements or bytes");
   }
   if (!t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
+}
+
+Status check_disjoint(const char* op, const char* name, const TensorView& t) {
+  int dims[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] > 1) dims[n++] = d;
+  for (int i = 1; i < n; ++i)  // insertion sort by stride (at most kMaxRank dims)
+    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) std::swap(dims[j], dims[j - 1]);
+  int64_t span = 0;  // elements from the first to the last along the dims so far
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (t.strides[d] <= span)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
+                   " makes elements overlap (it must exceed ", span, ", the span of the dims with smaller strides)");
+    span += (t.sizes[d] - 1) * t.strides[d];  // no overflow after check_view
+  }
   return Status::Ok();
 }
 

@@ -21,4 +21,9 @@ inline constexpr int64_t kMaxViewBytes = int64_t(1) << kMaxViewLog2;
 // op's to check. The error names op, the argument and the offending value.
 Status check_view(const char* op, const char* name, const TensorView& t);
 
+// For outputs (after check_view): no two elements share an address, so threads writing
+// different elements never race. Sufficient test: with the dims of size > 1 in order of
+// stride, each stride exceeds the span of the dims inside it.
+Status check_disjoint(const char* op, const char* name, const TensorView& t);
+
 }  // namespace optx

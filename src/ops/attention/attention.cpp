@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/validate.h"
 #include "ops/attention/attention_internal.h"
 
 namespace optx {
@@ -20,15 +21,22 @@ namespace {
 size_t esize(DType t) { return dtype_size(t); }
 
 Status check_tensor(const char* op, const TensorView& t, const char* name, int rank) {
+  OPTX_RETURN_IF_ERROR(check_view(op, name, t));
   if (t.rank != rank) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " but must be ", rank);
-  for (int d = 0; d < rank; ++d)
-    if (t.sizes[d] < 0 || t.strides[d] < 0)
-      return Error(StatusCode::kInvalidArgument, op, ": ", name, " has a negative size or stride in dim ", d);
   if (t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", rank - 1, "]=", t.strides[rank - 1], " but must be 1");
-  if (t.numel() > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
   return Status::Ok();
 }
+
+// An output: a checked view whose elements do not overlap (threads write them).
+Status check_output(const char* op, const TensorView& t, const char* name, int rank) {
+  OPTX_RETURN_IF_ERROR(check_tensor(op, t, name, rank));
+  return check_disjoint(op, name, t);
+}
+
+// A window or a count past any sequence this library can hold means "unbounded":
+// canonical -1, so the kernels never add it to a position (INT64_MAX + pos overflowed).
+int64_t canonical_window(int64_t w) { return w >= kMaxViewElements ? -1 : w; }
 
 // Per-token scales of an i8 cache: f32 [num_slots].
 Status check_scales(const char* op, const TensorView& t, const char* name, int64_t slots, const char* with) {
@@ -142,7 +150,7 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.q, "q", rank));
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.k, "k", rank));
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.v, "v", rank));
-  OPTX_RETURN_IF_ERROR(check_tensor(op, p.out, "out", rank));
+  OPTX_RETURN_IF_ERROR(check_output(op, p.out, "out", rank));
   if (p.q.dtype != DType::kF32 && p.q.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, op, ": q.dtype=", dtype_name(p.q.dtype), " but must be f32 or bf16");
   for (const auto* t : {&p.k, &p.v, &p.out})
@@ -152,8 +160,10 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
   if (tnd) {
     for (const auto* cu : {&p.cu_seqlens_q, &p.cu_seqlens_kv}) {
       const char* n = cu == &p.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_kv";
+      OPTX_RETURN_IF_ERROR(check_view(op, n, *cu));
       if (cu->rank != 1 || cu->sizes[0] < 1 || cu->dtype != DType::kI32 || !cu->data || (cu->sizes[0] > 1 && cu->strides[0] != 1))
-        return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be contiguous i32 [B + 1]");
+        return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be contiguous i32 [B + 1], got ", dtype_name(cu->dtype), " rank ",
+                     cu->rank, " sizes[0]=", cu->sizes[0], " strides[0]=", cu->strides[0]);
     }
     if (p.cu_seqlens_q.sizes[0] != p.cu_seqlens_kv.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens_q has ", p.cu_seqlens_q.sizes[0], " entries but cu_seqlens_kv ",
@@ -173,6 +183,10 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
     if (cq[g->B] != p.q.sizes[0] || ck[g->B] != p.k.sizes[0] || p.v.sizes[0] != p.k.sizes[0] || p.out.sizes[0] != p.q.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens_q[B]=", cq[g->B], " / cu_seqlens_kv[B]=", ck[g->B],
                    " must equal the token counts of q / out (", p.q.sizes[0], ") and k / v (", p.k.sizes[0], ")");
+    // Head counts (dim 1): out with fewer heads than q was written past its end.
+    if (p.v.sizes[1] != g->Nkv || p.out.sizes[1] != g->Nq)
+      return Error(StatusCode::kInvalidArgument, op, ": v has ", p.v.sizes[1], " heads and out ", p.out.sizes[1], " but k has Nkv=",
+                   g->Nkv, " and q Nq=", g->Nq);
   } else {
     const bool bsnd = p.layout == AttnLayout::kBSND;
     const int sd = bsnd ? 1 : 2, nd = bsnd ? 2 : 1;
@@ -198,29 +212,38 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
     return Error(StatusCode::kInvalidArgument, op, ": q heads Nq=", g->Nq, " must be a multiple of kv heads Nkv=", g->Nkv);
   if (!p.lse.empty()) {
     const int lr = tnd ? 2 : 3;
-    OPTX_RETURN_IF_ERROR(check_tensor(op, p.lse, "lse", lr));
+    OPTX_RETURN_IF_ERROR(check_output(op, p.lse, "lse", lr));
     const bool ok = p.lse.dtype == DType::kF32 &&
                     (tnd ? (p.lse.sizes[0] == g->Nq && p.lse.sizes[1] == p.q.sizes[0])
                          : (p.lse.sizes[0] == g->B && p.lse.sizes[1] == g->Nq && p.lse.sizes[2] == g->Sq));
-    if (!ok) return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 ", tnd ? "[Nq, Tq]" : "[B, Nq, Sq]");
+    if (!ok)
+      return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 ",
+                   tnd ? "[Nq=" + std::to_string(g->Nq) + ", Tq=" + std::to_string(p.q.sizes[0]) + "]"
+                       : "[B=" + std::to_string(g->B) + ", Nq=" + std::to_string(g->Nq) + ", Sq=" + std::to_string(g->Sq) + "]",
+                   ", got ", dtype_name(p.lse.dtype), " [", p.lse.sizes[0], ", ", p.lse.sizes[1], tnd ? "" : ", ",
+                   tnd ? "" : std::to_string(p.lse.sizes[2]), "]");
   }
   for (const auto* t : {&p.mask, &p.bias}) {
     if (t->empty()) continue;
     const char* n = t == &p.mask ? "mask" : "bias";
+    OPTX_RETURN_IF_ERROR(check_view(op, n, *t));
     if (t->rank != 4 || t->dtype != (t == &p.mask ? DType::kI8 : DType::kF32))
       return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be ", t == &p.mask ? "i8" : "f32", " [B|1, N|1, Sq, Skv]");
     if ((t->sizes[0] != 1 && t->sizes[0] != g->B) || (t->sizes[1] != 1 && t->sizes[1] != g->Nq) || t->sizes[2] != g->Sq ||
         t->sizes[3] != g->Skv)
       return Error(StatusCode::kInvalidArgument, op, ": ", n, ".sizes=[", t->sizes[0], ", ", t->sizes[1], ", ", t->sizes[2], ", ",
                    t->sizes[3], "] must broadcast to [B=", g->B, ", Nq=", g->Nq, ", Sq=", g->Sq, ", Skv=", g->Skv, "]");
-    for (int d = 0; d < 4; ++d)
-      if (t->strides[d] < 0) return Error(StatusCode::kInvalidArgument, op, ": ", n, " has a negative stride");
-    if (!t->data && t->numel() > 0) return Error(StatusCode::kInvalidArgument, op, ": ", n, ".data is null");
   }
+  OPTX_RETURN_IF_ERROR(check_view(op, "sinks", p.sinks));
   if (!p.sinks.empty() && (p.sinks.rank != 1 || p.sinks.sizes[0] != g->Nq || p.sinks.dtype != DType::kF32 || !p.sinks.data))
-    return Error(StatusCode::kInvalidArgument, op, ": sinks must be f32 [Nq=", g->Nq, "]");
-  if (p.softcap < 0.0f || !(std::isfinite(p.scale)))
-    return Error(StatusCode::kInvalidArgument, op, ": softcap=", p.softcap, " must be >= 0 and scale finite");
+    return Error(StatusCode::kInvalidArgument, op, ": sinks must be f32 [Nq=", g->Nq, "], got ", dtype_name(p.sinks.dtype), " rank ",
+                 p.sinks.rank, " sizes[0]=", p.sinks.sizes[0]);
+  if (!(p.softcap >= 0.0f) || std::isinf(p.softcap))
+    return Error(StatusCode::kInvalidArgument, op, ": softcap=", p.softcap, " must be finite and >= 0 (0: no softcap)");
+  if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite");
+  if (p.window_left < -1 || p.window_right < -1)
+    return Error(StatusCode::kInvalidArgument, op, ": window_left=", p.window_left, ", window_right=", p.window_right,
+                 " must be >= -1 (-1: unbounded)");
   return Status::Ok();
 }
 
@@ -303,8 +326,8 @@ FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g) {
   j.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(g.D));
   j.cfg.softcap = p.softcap;
   j.cfg.causal = p.causal;
-  j.cfg.window_left = p.window_left;
-  j.cfg.window_right = p.window_right;
+  j.cfg.window_left = canonical_window(p.window_left);
+  j.cfg.window_right = canonical_window(p.window_right);
   for (int64_t b = 0; b < g.B; ++b) j.cfg.kv_once = j.cfg.kv_once && j.head_chunks == 1 && j.q_tiles(b) <= 1;
   return j;
 }
@@ -411,7 +434,7 @@ struct DecodeJobs {
 Status decode_validate_common(const char* op, const TensorView& q, const TensorView& tables, const TensorView& lens,
                               int64_t block_size, int64_t num_slots, const TensorView& out, const TensorView& lse, int64_t Dv) {
   OPTX_RETURN_IF_ERROR(check_tensor(op, q, "q", 4));
-  OPTX_RETURN_IF_ERROR(check_tensor(op, out, "out", 4));
+  OPTX_RETURN_IF_ERROR(check_output(op, out, "out", 4));
   if (q.dtype != DType::kF32 && q.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, op, ": q.dtype=", dtype_name(q.dtype), " but must be f32 or bf16");
   const int64_t B = q.sizes[0], Sq = q.sizes[1], Nq = q.sizes[2];
@@ -420,23 +443,30 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
     return Error(StatusCode::kInvalidArgument, op, ": out must be ", dtype_name(q.dtype), " [B=", B, ", Sq=", Sq, ", Nq=", Nq,
                  ", Dv=", Dv, "]");
   if (!lse.empty()) {
-    OPTX_RETURN_IF_ERROR(check_tensor(op, lse, "lse", 3));
+    OPTX_RETURN_IF_ERROR(check_output(op, lse, "lse", 3));
     if (lse.dtype != DType::kF32 || lse.sizes[0] != B || lse.sizes[1] != Nq || lse.sizes[2] != Sq)
-      return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [B, Nq, Sq]");
+      return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [B=", B, ", Nq=", Nq, ", Sq=", Sq, "], got ",
+                   dtype_name(lse.dtype), " [", lse.sizes[0], ", ", lse.sizes[1], ", ", lse.sizes[2], "]");
   }
+  OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", tables));
+  OPTX_RETURN_IF_ERROR(check_view(op, "seq_lens", lens));
   if (tables.rank != 2 || tables.dtype != DType::kI32 || tables.sizes[0] != B || (tables.sizes[1] > 1 && tables.strides[1] != 1) ||
-      (B > 0 && !tables.data))
-    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B=", B, ", max_blocks] with contiguous rows");
+      (B > 1 && tables.strides[0] < tables.sizes[1]) || (B > 0 && !tables.data))
+    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B=", B, ", max_blocks] with contiguous rows, got ",
+                 dtype_name(tables.dtype), " rank ", tables.rank, " sizes [", tables.sizes[0], ", ", tables.sizes[1], "] strides [",
+                 tables.strides[0], ", ", tables.strides[1], "]");
   if (lens.rank != 1 || lens.dtype != DType::kI32 || lens.sizes[0] != B || (B > 1 && lens.strides[0] != 1) || (B > 0 && !lens.data))
-    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "]");
+    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "], got ", dtype_name(lens.dtype),
+                 " rank ", lens.rank, " sizes[0]=", lens.sizes[0], " strides[0]=", lens.strides[0]);
   if (block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", block_size, " must be >= 1");
   const int64_t num_blocks = num_slots / block_size, max_blocks = tables.sizes[1];
   const int32_t* t = static_cast<const int32_t*>(tables.data);
   const int32_t* l = static_cast<const int32_t*>(lens.data);
   for (int64_t b = 0; b < B; ++b) {
-    if (l[b] < Sq || l[b] > max_blocks * block_size)
-      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", l[b], " must be in [Sq=", Sq,
-                   ", max_blocks * block_size = ", max_blocks * block_size, "]");
+    // In blocks: max_blocks * block_size may pass int64 for a huge block_size.
+    if (l[b] < Sq || l[b] / block_size + (l[b] % block_size != 0) > max_blocks)
+      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", l[b], " must be >= Sq=", Sq, " and fit max_blocks=",
+                   max_blocks, " blocks of block_size=", block_size);
     for (int64_t j = 0; j * block_size < l[b]; ++j) {
       const int32_t id = t[b * tables.strides[0] + j];
       if (id < 0 || id >= num_blocks)
@@ -623,6 +653,7 @@ Status paged_validate(const PagedDecodeParams& p) {
   const int64_t Dv = p.v_cache.sizes[1] / p.kv_heads;
   if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
     return Error(StatusCode::kInvalidArgument, op, ": head dims D=", D, ", Dv=", Dv, " must be in [1, ", kMaxHeadDim, "]");
+  if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
   return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv);
 }
 
@@ -673,6 +704,7 @@ Status mla_validate(const MlaDecodeParams& p) {
       return Error(StatusCode::kInvalidArgument, op, ": cache_scales / rope_cache are for an i8 cache, but cache is ",
                    dtype_name(p.cache.dtype));
   }
+  if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
   return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank);
 }
 
@@ -790,18 +822,26 @@ Status mla_decode_attention(const MlaDecodeParams& p, Workspace ws) {
 Status attention_update(const AttentionUpdateParams& p, Workspace) {
   constexpr const char* op = "attention_update";
   const TensorView &outs = p.outs, &lses = p.lses;
+  for (const auto& [t, n] : {std::pair{&outs, "outs"}, std::pair{&lses, "lses"}, std::pair{&p.out, "out"}, std::pair{&p.lse, "lse"}})
+    OPTX_RETURN_IF_ERROR(check_view(op, n, *t));
   if (outs.rank != 3 || outs.dtype != DType::kF32 || !outs.is_contiguous() || (outs.numel() > 0 && !outs.data))
-    return Error(StatusCode::kInvalidArgument, op, ": outs must be contiguous f32 [P, R, Dv]");
+    return Error(StatusCode::kInvalidArgument, op, ": outs must be contiguous f32 [P, R, Dv], got ", dtype_name(outs.dtype), " rank ",
+                 outs.rank, outs.is_contiguous() ? "" : " (not contiguous)");
   const int64_t P = outs.sizes[0], R = outs.sizes[1], Dv = outs.sizes[2];
   if (P < 1) return Error(StatusCode::kInvalidArgument, op, ": outs.sizes[0]=", P, " partials; need at least 1");
   if (lses.rank != 2 || lses.dtype != DType::kF32 || lses.sizes[0] != P || lses.sizes[1] != R || !lses.is_contiguous() ||
       (lses.numel() > 0 && !lses.data))
     return Error(StatusCode::kInvalidArgument, op, ": lses must be contiguous f32 [P=", P, ", R=", R, "]");
   if (p.out.rank != 2 || p.out.sizes[0] != R || p.out.sizes[1] != Dv || (p.out.dtype != DType::kF32 && p.out.dtype != DType::kBF16) ||
-      (Dv > 1 && p.out.strides[1] != 1) || p.out.strides[0] < 0 || (R > 0 && Dv > 0 && !p.out.data))
-    return Error(StatusCode::kInvalidArgument, op, ": out must be f32 | bf16 [R=", R, ", Dv=", Dv, "] with unit column stride");
+      (Dv > 1 && p.out.strides[1] != 1) || (R > 0 && Dv > 0 && !p.out.data))
+    return Error(StatusCode::kInvalidArgument, op, ": out must be f32 | bf16 [R=", R, ", Dv=", Dv, "] with unit column stride, got ",
+                 dtype_name(p.out.dtype), " rank ", p.out.rank, " sizes [", p.out.sizes[0], ", ", p.out.sizes[1], "] strides [",
+                 p.out.strides[0], ", ", p.out.strides[1], "]");
+  OPTX_RETURN_IF_ERROR(check_disjoint(op, "out", p.out));
   if (!p.lse.empty() && (p.lse.rank != 1 || p.lse.sizes[0] != R || p.lse.dtype != DType::kF32 || !p.lse.data))
-    return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [R=", R, "]");
+    return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [R=", R, "], got ", dtype_name(p.lse.dtype), " rank ",
+                 p.lse.rank, " sizes[0]=", p.lse.sizes[0]);
+  if (!p.lse.empty()) OPTX_RETURN_IF_ERROR(check_disjoint(op, "lse", p.lse));
   const float* o = static_cast<const float*>(outs.data);
   const float* l = static_cast<const float*>(lses.data);
   const bool bf = p.out.dtype == DType::kBF16;

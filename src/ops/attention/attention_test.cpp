@@ -5,6 +5,8 @@
 // unsplit decode, attention_update against a merge in double, bad inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <tuple>
 
@@ -480,7 +482,8 @@ TEST(AttentionBadInput, MessagesNameTheArgument) {
                       .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 2, .kv_heads = 1,
                       .out = make_view(out.data(), DType::kF32, {1, 1, 4, 64})};
   st = paged_decode_attention(d, {ws.data(), ws.size()});
-  EXPECT_NE(st.message().find("seq_lens[0]=20 must be in [Sq=1, max_blocks * block_size = 4]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("seq_lens[0]=20 must be >= Sq=1 and fit max_blocks=2 blocks of block_size=2"), std::string::npos)
+      << st.message();
   lens[0] = 4;
   st = paged_decode_attention(d, {ws.data(), ws.size()});
   EXPECT_NE(st.message().find("block_tables[0][1]=9 is outside [0, 3)"), std::string::npos) << st.message();
@@ -527,6 +530,80 @@ TEST(AttentionBadInput, MessagesNameTheArgument) {
   m.cache = make_view(k.data(), DType::kF32, {6, 64});
   st = mla_decode_attention(m, {ws.data(), ws.size()});
   EXPECT_NE(st.message().find("cache_scales / rope_cache are for an i8 cache, but cache is f32"), std::string::npos) << st.message();
+}
+
+// Inputs a fuzz sweep found reading or writing out of bounds, or accepted silently: each
+// must be an error that names the argument.
+TEST(AttentionBadInput, FuzzFindings) {
+  std::vector<float> q(5 * 2 * 8), k(6 * 2 * 8), out(5 * 2 * 8), lse(64);
+  std::vector<int32_t> cq = {0, 5}, ck = {0, 6};
+  std::vector<uint8_t> ws(1 << 20);
+  auto err = [](const Status& st) { return st.ok() ? std::string("ok") : st.message(); };
+  // TND: out with fewer heads than q was written past its end; v with more kv heads read past.
+  FlashAttentionParams t{.q = make_view(q.data(), DType::kF32, {5, 2, 8}), .k = make_view(k.data(), DType::kF32, {6, 2, 8}),
+                         .v = make_view(k.data(), DType::kF32, {6, 2, 8}), .out = make_view(out.data(), DType::kF32, {5, 1, 8}),
+                         .layout = AttnLayout::kTND, .cu_seqlens_q = make_view(cq.data(), DType::kI32, {2}),
+                         .cu_seqlens_kv = make_view(ck.data(), DType::kI32, {2})};
+  EXPECT_NE(err(flash_attention(t, {ws.data(), ws.size()})).find("out 1 but k has Nkv=2 and q Nq=2"), std::string::npos);
+  t.out = make_view(out.data(), DType::kF32, {5, 2, 8});
+  EXPECT_EQ(err(flash_attention(t, {ws.data(), ws.size()})), "ok");
+  t.v = make_view(k.data(), DType::kF32, {3, 4, 8});
+  t.v.sizes[0] = 6;
+  EXPECT_NE(err(flash_attention(t, {ws.data(), ws.size()})).find("v has 4 heads"), std::string::npos);
+  t.v = make_view(k.data(), DType::kF32, {6, 2, 8});
+  // Negative strides on sinks / lse, overlapping outputs, non-finite attributes.
+  std::vector<float> sinks(2);
+  t.sinks = make_view(sinks.data(), DType::kF32, {2}, {-1});
+  EXPECT_EQ(err(flash_attention(t, {ws.data(), ws.size()})), "flash_attention: sinks.strides[0]=-1 is negative (negative strides are not supported)");
+  t.sinks = {};
+  t.out = make_view(out.data(), DType::kF32, {5, 2, 8}, {0, 8, 1});
+  EXPECT_NE(err(flash_attention(t, {ws.data(), ws.size()})).find("out.strides[0]=0 makes elements overlap"), std::string::npos);
+  t.out = make_view(out.data(), DType::kF32, {5, 2, 8});
+  t.softcap = NAN;
+  EXPECT_NE(err(flash_attention(t, {ws.data(), ws.size()})).find("softcap=nan must be finite"), std::string::npos);
+  t.softcap = 0.0f;
+  t.scale = INFINITY;
+  EXPECT_EQ(err(flash_attention(t, {ws.data(), ws.size()})), "flash_attention: scale=inf must be finite");
+  t.scale = 0.0f;
+  // A window past any sequence is unbounded, not a position overflow.
+  t.window_left = INT64_MAX;
+  t.window_right = INT64_MAX;
+  EXPECT_EQ(err(flash_attention(t, {ws.data(), ws.size()})), "ok");
+  // Null views whose sizes multiply past int64 got past `numel() > 0 && !data`.
+  t.q = make_view(nullptr, DType::kF32, {int64_t(1) << 32, int64_t(1) << 32, 8});
+  EXPECT_FALSE(flash_attention(t, {ws.data(), ws.size()}).ok());
+
+  // Paged decode: a negative block_tables row stride read before the table; scale NaN.
+  std::vector<int32_t> tables = {0, 1}, lens = {2, 2};
+  PagedDecodeParams d{.q = make_view(q.data(), DType::kF32, {2, 1, 2, 8}), .k_cache = make_view(k.data(), DType::kF32, {4, 8}),
+                      .v_cache = make_view(k.data(), DType::kF32, {4, 8}),
+                      .block_tables = make_view(tables.data(), DType::kI32, {2, 1}, {-1, 1}),
+                      .seq_lens = make_view(lens.data(), DType::kI32, {2}), .block_size = 2, .kv_heads = 1,
+                      .out = make_view(out.data(), DType::kF32, {2, 1, 2, 8})};
+  EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), ws.size()})),
+            "paged_decode_attention: block_tables.strides[0]=-1 is negative (negative strides are not supported)");
+  d.block_tables = make_view(tables.data(), DType::kI32, {2, 2}, {1, 1});  // rows overlap
+  EXPECT_NE(err(paged_decode_attention(d, {ws.data(), ws.size()})).find("block_tables must be i32 [B=2, max_blocks] with contiguous rows"),
+            std::string::npos);
+  d.block_tables = make_view(tables.data(), DType::kI32, {2, 1});
+  EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), paged_decode_attention_workspace_size(d)})), "ok");
+  d.scale = NAN;
+  EXPECT_NE(err(paged_decode_attention(d, {ws.data(), ws.size()})).find("scale=nan must be finite"), std::string::npos);
+  d.scale = 0.0f;
+  d.block_size = int64_t(1) << 62;  // max_blocks * block_size wrapped
+  EXPECT_NE(err(paged_decode_attention(d, {ws.data(), ws.size()})), "ok");
+
+  // attention_update: lse written at a negative stride; outs sized past int64 with null data.
+  std::vector<float> outs(2 * 3 * 4), lses(2 * 3), o(3 * 4);
+  AttentionUpdateParams u{.outs = make_view(outs.data(), DType::kF32, {2, 3, 4}), .lses = make_view(lses.data(), DType::kF32, {2, 3}),
+                          .out = make_view(o.data(), DType::kF32, {3, 4}), .lse = make_view(lse.data() + 8, DType::kF32, {3}, {-1})};
+  EXPECT_EQ(err(attention_update(u)), "attention_update: lse.strides[0]=-1 is negative (negative strides are not supported)");
+  u.lse = {};
+  u.out = make_view(o.data(), DType::kF32, {3, 4}, {0, 1});
+  EXPECT_NE(err(attention_update(u)).find("out.strides[0]=0 makes elements overlap"), std::string::npos);
+  u.out = make_view(o.data(), DType::kF32, {3, 4});
+  u.outs = make_view(nullptr, DType::kF32, {int64_t(1) << 62, 3, 4});
+  EXPECT_NE(err(attention_update(u)), "ok");
 }
 
 TEST(AttentionDispatch, SelectedRespectsMaxIsa) {
