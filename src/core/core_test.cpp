@@ -111,7 +111,9 @@ TEST(Views, CheckDisjointFindsOverlappingOutputs) {
   EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {1, 4}, {0, 1})).ok());   // size-1 dims: any stride
   EXPECT_TRUE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 2, 4}, {16, 4, 1})).ok());  // padded rows
   EXPECT_EQ(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {0, 1})).message(),
-            "op: t.strides[0]=0 makes elements overlap (it must exceed 3, the span of the dims with smaller strides)");
+            "op: t.strides[0]=0 repeats its elements along dim 0 (size 3)");
+  EXPECT_EQ(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {3, 1})).message(),
+            "op: t.strides[0]=3 makes elements overlap (it must exceed 3, the span of the dims with smaller strides)");
   EXPECT_FALSE(check_disjoint("op", "t", make_view(x, DType::kF32, {3, 4}, {2, 1})).ok());  // rows 2 apart, 4 long
   EXPECT_FALSE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 2, 4}, {8, 5, 1})).ok());
 }

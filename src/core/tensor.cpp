@@ -82,6 +82,9 @@ Status check_disjoint(const char* op, const char* name, const TensorView& t) {
   int64_t span = 0;  // elements from the first to the last along the dims so far
   for (int i = 0; i < n; ++i) {
     const int d = dims[i];
+    if (t.strides[d] == 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=0 repeats its elements along dim ", d,
+                   " (size ", t.sizes[d], ")");
     if (t.strides[d] <= span)
       return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
                    " makes elements overlap (it must exceed ", span, ", the span of the dims with smaller strides)");
