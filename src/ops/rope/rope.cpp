@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/validate.h"
 #include "ops/rope/rope_internal.h"
 
 namespace optx {
@@ -15,19 +16,18 @@ constexpr const char* kOp = "rope";
 Status head_set(const TensorView& v, const char* name, int64_t T, DType dt, int64_t rotary_dim, int64_t offset,
                 HeadSet* hs) {
   if (v.empty()) return Status::Ok();
+  OPTX_RETURN_IF_ERROR(check_view(kOp, name, v));
   if (v.rank != 3) return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".rank=", v.rank, " but must be 3 ([T, H, D])");
   if (v.sizes[0] != T) return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".sizes[0]=", v.sizes[0], " but positions has T=", T);
   if (v.dtype != dt)
     return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".dtype=", dtype_name(v.dtype), " but q.dtype=", dtype_name(dt));
-  for (int d = 0; d < 3; ++d)
-    if (v.sizes[d] < 0 || v.strides[d] < 0)
-      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, " has a negative size or stride in dim ", d);
   if (v.sizes[2] > 1 && v.strides[2] != 1)
     return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".strides[2]=", v.strides[2], " but must be 1");
-  if (offset + rotary_dim > v.sizes[2])
+  // Rotated in place by several threads: no element may be shared.
+  OPTX_RETURN_IF_ERROR(check_disjoint(kOp, name, v));
+  if (offset > v.sizes[2] - rotary_dim)  // not offset + rotary_dim: it wraps for offsets near INT64_MAX
     return Error(StatusCode::kInvalidArgument, kOp, ": rotary_offset=", offset, " + rotary_dim=", rotary_dim, " exceeds ", name,
                  ".sizes[2]=", v.sizes[2]);
-  if (T > 0 && v.sizes[1] > 0 && !v.data) return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".data is null");
   hs->x = v.data;
   hs->heads = v.sizes[1];
   hs->st = v.strides[0];
@@ -53,6 +53,7 @@ std::string selected() { return registry().selected_name(); }
 }  // namespace
 
 Status check_positions(const char* op, const TensorView& positions, int64_t T, int64_t P) {
+  OPTX_RETURN_IF_ERROR(check_view(op, "positions", positions));
   if (positions.rank != 1 || positions.sizes[0] != T)
     return Error(StatusCode::kInvalidArgument, op, ": positions must be [T=", T, "], got rank ", positions.rank,
                  " sizes[0]=", positions.sizes[0]);
@@ -78,15 +79,18 @@ Status table_args(const char* op, const TensorView& positions, const TensorView&
     return Error(StatusCode::kInvalidArgument, op, ": style=", int(style), " is not a RopeStyle");
   for (const auto* t : {&cos, &sin}) {
     const char* name = t == &cos ? "cos" : "sin";
+    OPTX_RETURN_IF_ERROR(check_view(op, name, *t));
     if (t->rank != 2 || t->sizes[1] != rd / 2 || t->dtype != DType::kF32)
       return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be f32 [P, rotary_dim/2=", rd / 2, "], got rank ", t->rank,
                    " sizes[1]=", t->rank > 1 ? t->sizes[1] : -1, " dtype ", dtype_name(t->dtype));
     if (t->strides[1] != 1 || t->strides[0] < rd / 2)
-      return Error(StatusCode::kInvalidArgument, op, ": ", name, " rows must be contiguous (strides [>= ", rd / 2, ", 1])");
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides=[", t->strides[0], ", ", t->strides[1],
+                   "] but rows must be contiguous (strides [>= ", rd / 2, ", 1])");
     if (!t->data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
   }
   if (cos.sizes[0] != sin.sizes[0] || cos.strides[0] != sin.strides[0])
-    return Error(StatusCode::kInvalidArgument, op, ": cos and sin must have the same shape and strides");
+    return Error(StatusCode::kInvalidArgument, op, ": cos [", cos.sizes[0], "] rows, stride ", cos.strides[0], " and sin [",
+                 sin.sizes[0], "] rows, stride ", sin.strides[0], " must have the same shape and strides");
   OPTX_RETURN_IF_ERROR(check_positions(op, positions, T, cos.sizes[0]));
   a->T = T;
   a->positions = positions.data;
@@ -104,6 +108,7 @@ Status to_args(const RopeParams& p, Args* a) {
   if (first.empty()) return Error(StatusCode::kInvalidArgument, kOp, ": q and k are both empty");
   if (first.dtype != DType::kF32 && first.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, kOp, ": q.dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
+  OPTX_RETURN_IF_ERROR(check_view(kOp, p.q.empty() ? "k" : "q", first));
   if (first.rank < 1) return Error(StatusCode::kInvalidArgument, kOp, ": q.rank=", first.rank, " but must be 3");
   const int64_t T = first.sizes[0];
   const int64_t D = first.rank == 3 ? first.sizes[2] : 0;

@@ -7,6 +7,7 @@
 //   cos, sin  = cos/sin(p * inv_freq) * m(factor, mscale) / m(factor, mscale_all_dim)
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <numbers>
 
 #include "optx/rope.h"
@@ -24,12 +25,24 @@ Status RopeTable::build(const RopeTableParams& p, RopeTable* out) {
     return Error(StatusCode::kInvalidArgument, op, ": rotary_dim=", p.rotary_dim, " must be even and in [2, 1024]");
   if (p.max_positions < 1 || p.max_positions > (int64_t(1) << 26))
     return Error(StatusCode::kInvalidArgument, op, ": max_positions=", p.max_positions, " must be in [1, 2^26]");
-  if (!(p.theta > 1.0)) return Error(StatusCode::kInvalidArgument, op, ": theta=", p.theta, " must be > 1");
+  if (!(p.theta > 1.0) || std::isinf(p.theta))
+    return Error(StatusCode::kInvalidArgument, op, ": theta=", p.theta, " must be finite and > 1");
   const YarnScaling& y = p.yarn;
+  // NaN or infinite yarn parameters would fill the tables with NaN (accepted silently before).
+  for (double v : {y.factor, y.mscale, y.mscale_all_dim, y.beta_fast, y.beta_slow})
+    if (!std::isfinite(v))
+      return Error(StatusCode::kInvalidArgument, op, ": yarn factor=", y.factor, ", mscale=", y.mscale, ", mscale_all_dim=",
+                   y.mscale_all_dim, ", beta_fast=", y.beta_fast, ", beta_slow=", y.beta_slow, " must all be finite");
   const bool yarn = y.factor > 1.0;
   if (yarn && (y.original_max_position_embeddings < 1 || !(y.beta_fast > 0) || !(y.beta_slow > 0)))
     return Error(StatusCode::kInvalidArgument, op, ": yarn needs original_max_position_embeddings=",
                  y.original_max_position_embeddings, " >= 1 and beta_fast=", y.beta_fast, ", beta_slow=", y.beta_slow, " > 0");
+  // Two tables of max_positions x rotary_dim / 2 floats: at the limits (2^26 x 512) that
+  // is 256 GiB, so the size is checked and the allocation failure returned, not thrown.
+  constexpr int64_t kMaxTableEntries = int64_t(1) << 31;
+  if (p.max_positions * (p.rotary_dim / 2) > kMaxTableEntries)
+    return Error(StatusCode::kInvalidArgument, op, ": max_positions=", p.max_positions, " x rotary_dim/2=", p.rotary_dim / 2,
+                 " exceeds 2^31 entries per table");
   const int64_t d = p.rotary_dim, half = d / 2;
   RopeTable t;
   t.positions_ = p.max_positions;
@@ -55,8 +68,12 @@ Status RopeTable::build(const RopeTableParams& p, RopeTable* out) {
     t.inv_freq_[size_t(i)] = f / y.factor * ramp + f * (1.0 - ramp);
   }
   const double m = yarn ? yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim) : 1.0;
-  t.cos_.resize(size_t(p.max_positions * half));
-  t.sin_.resize(size_t(p.max_positions * half));
+  try {
+    t.cos_.resize(size_t(p.max_positions * half));
+    t.sin_.resize(size_t(p.max_positions * half));
+  } catch (const std::bad_alloc&) {
+    return Error(StatusCode::kOutOfMemory, op, ": cannot allocate two tables of ", p.max_positions * half, " floats");
+  }
   for (int64_t pos = 0; pos < p.max_positions; ++pos)
     for (int64_t i = 0; i < half; ++i) {
       const double a = double(pos) * t.inv_freq_[size_t(i)];

@@ -217,6 +217,26 @@ TEST(Rope, BadInputs) {
   expect(b, "rotary_dim=7");
   RopeTable bad;
   EXPECT_FALSE(RopeTable::build({.rotary_dim = 3}, &bad).ok());
+
+  // Found by a fuzz sweep: an offset near INT64_MAX wrapped offset + rotary_dim and rotated
+  // memory before q; zero strides had threads rotating one element twice; a table the
+  // size limits allowed (2^26 x 512) threw std::bad_alloc out of build; non-finite yarn
+  // parameters filled the tables with NaN.
+  b = p;
+  b.rotary_offset = INT64_MAX - 4;
+  expect(b, "exceeds q.sizes[2]=8");
+  b = p;
+  b.q.strides[1] = 0;
+  expect(b, "q.strides[1]=0 repeats its elements");
+  b = p;
+  b.q.strides[0] = -16;
+  expect(b, "q.strides[0]=-16 is negative");
+  EXPECT_EQ(RopeTable::build({.rotary_dim = 1024, .max_positions = int64_t(1) << 26}, &bad).message(),
+            "rope_table: max_positions=67108864 x rotary_dim/2=512 exceeds 2^31 entries per table");
+  EXPECT_NE(RopeTable::build({.rotary_dim = 8, .yarn = {.factor = INFINITY}}, &bad).message().find("must all be finite"), std::string::npos);
+  EXPECT_NE(RopeTable::build({.rotary_dim = 8, .yarn = {.factor = 4, .mscale = NAN}}, &bad).message().find("must all be finite"),
+            std::string::npos);
+  EXPECT_NE(RopeTable::build({.rotary_dim = 8, .theta = INFINITY}, &bad).message().find("theta=inf must be finite"), std::string::npos);
 }
 
 TEST(RopeDispatch, SelectedRespectsMaxIsa) {
