@@ -39,7 +39,7 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-Status check_view(const char* op, const char* name, const TensorView& t) {
+Status check_view(const char* op, const char* name, const TensorView& t, bool need_data) {
   if (t.rank < 0 || t.rank > kMaxRank)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " is outside [0, ", kMaxRank, "]");
   if (t.empty()) return Status::Ok();  // not given: whether it may be is the op's call
@@ -68,7 +68,7 @@ Status check_view(const char* op, const char* name, const TensorView& t) {
     return Error(StatusCode::kInvalidArgument, op, ": ", name, " [", shape, "] spans more than 2^", kMaxViewLog2,
                  " elements or bytes");
   }
-  if (!t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  if (need_data && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
   return Status::Ok();
 }
 

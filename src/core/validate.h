@@ -18,8 +18,9 @@ inline constexpr int64_t kMaxViewBytes = int64_t(1) << kMaxViewLog2;
 // A rank in [0, kMaxRank], sizes and strides >= 0, an element count and a byte extent
 // (first to last element) within 2^kMaxViewLog2, and data unless the view has no
 // elements. An empty view (not given) passes: whether an argument is optional is the
-// op's to check. The error names op, the argument and the offending value.
-Status check_view(const char* op, const char* name, const TensorView& t);
+// op's to check. The error names op, the argument and the offending value. need_data
+// false: the shape alone (workspace-size queries take views without data).
+Status check_view(const char* op, const char* name, const TensorView& t, bool need_data = true);
 
 // For outputs (after check_view): no two elements share an address, so threads writing
 // different elements never race. Sufficient test: with the dims of size > 1 in order of

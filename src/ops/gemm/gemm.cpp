@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "core/validate.h"
 #include "ops/gemm/gemm_kernels.h"
 
 namespace optx {
@@ -42,16 +43,9 @@ int64_t b_rows_n(const GemmParams& p) {
 }
 DType b_dtype(const GemmParams& p) { return p.packed_b ? p.packed_b->dtype : p.b.dtype; }
 
-Status check_strides(const TensorView& t, const char* name) {
-  for (int d = 0; d < t.rank; ++d) {
-    if (t.sizes[d] < 0)
-      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".sizes[", d, "]=", t.sizes[d], " is negative");
-    if (t.strides[d] < 0)
-      return Error(StatusCode::kInvalidArgument, kOp, ": ", name, ".strides[", d, "]=", t.strides[d],
-                   " is negative (negative strides are not supported)");
-  }
-  return Status::Ok();
-}
+// Sizes, strides and extent (check_view); data is checked by validate where the call
+// needs it — the workspace query does not.
+Status check_strides(const TensorView& t, const char* name) { return check_view(kOp, name, t, /*need_data=*/false); }
 
 struct Plan {
   int64_t M = 0, N = 0, K = 0, panels = 0;
@@ -651,6 +645,9 @@ Status validate(const GemmParams& p, bool need_data) {
   }
   if (bt != DType::kF32 && bt != DType::kBF16 && bt != DType::kI8)
     return Error(StatusCode::kInvalidArgument, kOp, ": b.dtype=", dtype_name(bt), " but must be f32, bf16 or i8");
+  // Empty views pass check_view whatever their other sizes; the plan multiplies these.
+  if (K > kMaxViewElements || N > kMaxViewElements)
+    return Error(StatusCode::kInvalidArgument, kOp, ": K=", K, " or N=", N, " exceeds 2^", kMaxViewLog2);
   if (Kb != K)
     return Error(StatusCode::kInvalidArgument, kOp, ": b has K=", Kb, (p.b_kn ? " (b.sizes[0])" : " (b.sizes[1])"),
                  " but a.sizes[1]=", K, ": K must match");

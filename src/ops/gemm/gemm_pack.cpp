@@ -2,6 +2,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/validate.h"
 #include "ops/gemm/gemm_internal.h"
 #include "ops/gemm/gemm_kernels.h"
 
@@ -99,18 +100,14 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   constexpr const char* op = "pack_weights";
   if (!out) return Error(StatusCode::kInvalidArgument, op, ": out is null");
   const TensorView& w = p.w;
+  OPTX_RETURN_IF_ERROR(check_view(op, "w", w));
+  OPTX_RETURN_IF_ERROR(check_view(op, "scales", p.scales));
   if (!w.data) return Error(StatusCode::kInvalidArgument, op, ": w.data is null");
   if (w.rank != 2 && w.rank != 3)
     return Error(StatusCode::kInvalidArgument, op, ": w.rank=", w.rank, " but must be 2 ([N, K]) or 3 ([E, N, K])");
   if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kI8)
     return Error(StatusCode::kInvalidArgument, op, ": w.dtype=", dtype_name(w.dtype),
                  " but must be f32, bf16 or i8");
-  for (int d = 0; d < w.rank; ++d) {
-    if (w.sizes[d] < 0)
-      return Error(StatusCode::kInvalidArgument, op, ": w.sizes[", d, "]=", w.sizes[d], " is negative");
-    if (w.strides[d] < 0)
-      return Error(StatusCode::kInvalidArgument, op, ": w.strides[", d, "]=", w.strides[d], " is negative");
-  }
   const int base = w.rank - 2;
   const int64_t E = w.rank == 3 ? w.sizes[0] : 1;
   const int64_t N = p.kn ? w.sizes[base + 1] : w.sizes[base];
@@ -127,6 +124,13 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   }
 
   const size_t esize = dtype_size(w.dtype);
+  // The packed size pads N to panels and K to AMX steps: bounded like a view, so the byte
+  // counts below cannot wrap (they did for [2^32, 2^31] at strides 0, a legal broadcast).
+  int64_t padded = 0;
+  if (N > kMaxViewElements || K > kMaxViewElements || __builtin_mul_overflow(N + gemm_detail::kNR, K + gemm_detail::kAmxK, &padded) ||
+      padded > kMaxViewElements / std::max<int64_t>(E, 1))
+    return Error(StatusCode::kInvalidArgument, op, ": packed [E=", E, ", N=", N, ", K=", K, "] would exceed 2^", kMaxViewLog2,
+                 " elements");
   const PackedMatrix layout = gemm_detail::packed_layout(w.dtype, N, K);
   const int64_t n_panels = layout.n_panels(), k_padded = layout.k_padded, panel_bytes = layout.panel_bytes;
   const size_t mat_bytes = size_t(n_panels * panel_bytes);

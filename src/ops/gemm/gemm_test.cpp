@@ -306,6 +306,22 @@ TEST_F(BadInput, PackWeightsArguments) {
   std::vector<int8_t> w(40);
   st = pack_weights({.w = make_view(w.data(), DType::kI8, {5, 8})}, &pw);
   EXPECT_NE(st.message().find("scales"), std::string::npos) << st.message();
+  // Found by a fuzz sweep: negative scale strides read before the scales; packed sizes
+  // that wrapped int64 (a broadcast view [2^32, 2^31] allocated 64 bytes and was packed
+  // into them; N = INT64_MAX returned OK).
+  std::vector<float> s(5);
+  st = pack_weights({.w = make_view(w.data(), DType::kI8, {5, 8}), .scales = make_view(s.data() + 4, DType::kF32, {5}, {-1})}, &pw);
+  EXPECT_EQ(st.message(), "pack_weights: scales.strides[0]=-1 is negative (negative strides are not supported)");
+  std::vector<uint16_t> b(8);
+  EXPECT_FALSE(pack_weights({.w = make_view(b.data(), DType::kBF16, {int64_t(1) << 32, int64_t(1) << 31}, {0, 0})}, &pw).ok());
+  EXPECT_FALSE(pack_weights({.w = make_view(b.data(), DType::kBF16, {1, (int64_t(1) << 62) - 1}, {0, 0})}, &pw).ok());
+  EXPECT_FALSE(pack_weights({.w = make_view(b.data(), DType::kBF16, {INT64_MAX, 0})}, &pw).ok());
+  // A workspace query for K past 2^48 (M = 0, so no elements) wrapped to a small size.
+  std::vector<float> a(4), c(4);
+  EXPECT_EQ(gemm_workspace_size({.a = make_view(a.data(), DType::kF32, {0, int64_t(1) << 61}),
+                                 .b = make_view(b.data(), DType::kF32, {4, int64_t(1) << 61}, {0, 0}),
+                                 .c = make_view(c.data(), DType::kF32, {0, 4})}),
+            0u);
 }
 
 TEST_F(BadInput, SwigluArguments) {
