@@ -1,6 +1,7 @@
 // rms_norm / add_rms_norm: validate -> rows -> dispatch. Rows are independent, so threads
 // take contiguous row ranges and results do not depend on the thread count.
 
+#include <cmath>
 #include <string>
 
 #include "core/log.h"
@@ -44,7 +45,8 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   if (H > 1 && w.strides[0] != 1)
     return Error(StatusCode::kInvalidArgument, op, ": weight.strides[0]=", w.strides[0], " but must be 1");
   if (H > 0 && !w.data) return Error(StatusCode::kInvalidArgument, op, ": weight.data is null");
-  if (!(eps >= 0.0f)) return Error(StatusCode::kInvalidArgument, op, ": eps=", eps, " must be >= 0");
+  // eps = inf would turn every output into 0 without a word.
+  if (!(eps >= 0.0f) || std::isinf(eps)) return Error(StatusCode::kInvalidArgument, op, ": eps=", eps, " must be finite and >= 0");
   r->T = T;
   r->H = H;
   r->bf16 = x.dtype == DType::kBF16;

@@ -2,6 +2,7 @@
 // edge shapes; fused == unfused bit for bit; bad inputs -> Status naming the argument.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -142,6 +143,8 @@ TEST_F(NormBadInput, Arguments) {
   p = good();
   p.eps = -1.0f;
   expect(p, "eps=-1");
+  p.eps = INFINITY;
+  expect(p, "eps=inf must be finite and >= 0");
   const Status st = rms_norm({.x = make_view(x.data(), DType::kF32, {4, 8}), .weight = make_view(w.data(), DType::kF32, {8}),
                               .out = make_view(nullptr, DType::kF32, {4, 8})});
   EXPECT_NE(st.message().find("rms_norm: out.data is null"), std::string::npos) << st.message();
