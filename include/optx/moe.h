@@ -21,6 +21,8 @@ enum class MoeGroupScore : uint8_t { kMax, kTop2Sum };
 // eligible; weights = the selected scores, renormalised to sum 1 if asked, times
 // routed_scaling_factor. Ties break to the lower expert id.
 // topk_then_softmax (softmax scoring only): pick on the logits, softmax over the k picks.
+// Non-finite logits and score + bias are clamped to the finite range (NaN to the lowest),
+// so NaN counts as -inf and the ids are always k distinct eligible experts.
 struct MoeGatingParams {
   TensorView logits;     // [T, E] f32 | bf16
   TensorView bias;       // [E] f32 correction bias; may be empty

@@ -27,24 +27,35 @@ constexpr int64_t kMinTileRows = 128;
 // decode item is not free: 2 bytes per weight at ~15 GB/s per core against AMX rates).
 constexpr double kStreamRows = 16;
 
-Status check_groups(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, bool counts,
-                    int64_t N_expected_cols) {
-  OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true));
-  if (!w || w->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+// x [M, K] against E weight matrices [n_cols, K] and the group offsets' view; need_data =
+// false for the sizing calls, which see views before their buffers exist and may leave
+// group_offsets empty (its values only matter to the run).
+Status check_shapes(const char* op, const TensorView& x, const PackedWeights* w, const TensorView& offs, int64_t n_cols,
+                    bool need_data) {
+  OPTX_RETURN_IF_ERROR(check_2d(op, x, "x", -1, -1, true, need_data));
   const int64_t E = w->count();
-  OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64));
-  const int64_t* o = static_cast<const int64_t*>(offs.data);
-  int64_t prev = 0;
   for (int64_t g = 0; g < E; ++g) {
-    const int64_t end = counts ? prev + o[g] : o[g];
-    if (end < prev || end > x.sizes[0])
-      return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "] gives rows up to ", end, " (previous ", prev,
-                   "), beyond x's ", x.sizes[0], " rows or decreasing");
     if ((*w)[g].k != x.sizes[1])
       return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has K=", (*w)[g].k, " but x.sizes[1]=", x.sizes[1]);
-    if ((*w)[g].n != N_expected_cols)
-      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", N_expected_cols);
-    prev = end;
+    if ((*w)[g].n != n_cols)
+      return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", n_cols);
+  }
+  if (need_data || !offs.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64, need_data));
+  return Status::Ok();
+}
+
+// Group g's rows end at offs[g] (ascending, <= M), or with counts after offs[g] more rows
+// (>= 0, compared against the rows left so the running sum cannot overflow).
+Status check_offsets(const char* op, const int64_t* o, int64_t E, bool counts, int64_t M) {
+  int64_t prev = 0;
+  for (int64_t g = 0; g < E; ++g) {
+    if (counts && (o[g] < 0 || o[g] > M - prev))
+      return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "]=", o[g], " (a count) is negative or runs past x's ", M,
+                   " rows (", prev, " taken before it)");
+    if (!counts && (o[g] < prev || o[g] > M))
+      return Error(StatusCode::kInvalidArgument, op, ": group_offsets[", g, "]=", o[g], " (an end offset) is below the previous ", prev,
+                   " or past x's ", M, " rows");
+    prev = counts ? prev + o[g] : o[g];
   }
   return Status::Ok();
 }
@@ -89,6 +100,7 @@ size_t jobs_ws(std::span<const Job> jobs) { return std::max(split_ws(jobs), size
 
 // Runs the jobs' GEMMs, then after(job, begin, end) on the same thread for each finished
 // item (an epilogue over whole rows, e.g. per-token quantisation, while they are in cache).
+// ws: at least jobs_ws(jobs) bytes, which the callers check.
 //
 // Few non-empty groups (decode): each GEMM in turn, split across all threads by the GEMM
 // itself (each thread streams its own run of weight columns). Many: a shared queue,
@@ -97,7 +109,7 @@ size_t jobs_ws(std::span<const Job> jobs) { return std::max(split_ws(jobs), size
 // set the tail on its own, so groups above a fair share of the cost are cut into row
 // tiles (each re-streams its weights, cheap next to its FLOPs at >= kMinTileRows rows).
 template <class After>
-Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, After&& after) {
+Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, After&& after) {
   struct Item {
     size_t job;
     int64_t g, begin, end;
@@ -154,8 +166,6 @@ Status run_jobs(const char* op, std::span<const Job> jobs, ScheduleStats* stats,
     return Status::Ok();
   }
   const size_t slice = queue_slice(jobs);
-  if (ws.bytes < slice * size_t(nt) || !ws.data)
-    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the expert queue needs ", slice * size_t(nt));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   Status first_error = Status::Ok();
@@ -248,15 +258,43 @@ void swiglu_rows(const SwigluPart& s, int64_t begin, int64_t end) {
   }
 }
 
+// Everything of a part but its offsets' values and the workspace (need_data: see
+// check_shapes).
+Status check_plain(const char* op, const GroupedMatmulParams& p, bool need_data) {
+  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  const int64_t N = (*p.weights)[0].n;
+  OPTX_RETURN_IF_ERROR(check_shapes(op, p.x, p.weights, p.group_offsets, N, need_data));
+  return check_2d(op, p.out, "out", p.x.sizes[0], N, true, need_data);
+}
+
+Status check_swiglu(const char* op, const GroupedMatmulSwigluParams& p, bool need_data) {
+  if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
+  const int64_t N2 = (*p.weights)[0].n;
+  if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
+  OPTX_RETURN_IF_ERROR(check_shapes(op, p.x, p.weights, p.group_offsets, N2, need_data));
+  const bool quant = p.out.dtype == DType::kI8;
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], N2 / 2, !quant, need_data));
+  if (quant) return check_1d(op, p.out_scales, "out_scales", p.x.sizes[0], DType::kF32, need_data);
+  if (!p.out_scales.empty())
+    return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
+  return Status::Ok();
+}
+
+// The workspace the caller sized with fn_name (checked here, before the split schedule
+// hands it to gemm, whose own error would name gemm).
+Status check_workspace(const char* op, const char* fn_name, Workspace ws, size_t need) {
+  if (ws.bytes < need) return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", fn_name, "()=", need);
+  if (!ws.data) return Error(StatusCode::kInvalidArgument, op, ": workspace.data is null (workspace.bytes=", ws.bytes, ")");
+  return Status::Ok();
+}
+
 }  // namespace
 
 size_t grouped_matmul_workspace_size(std::span<const GroupedMatmulParams> parts) {
   std::vector<Job> jobs;
   for (const GroupedMatmulParams& p : parts) {
-    if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
-    Job j = plain_job(p);
-    j.out = make_view(nullptr, p.out.dtype, {p.x.sizes[0], (*p.weights)[0].n});
-    jobs.push_back(j);
+    if (!check_plain("grouped_matmul", p, /*need_data=*/false).ok()) return 0;
+    jobs.push_back(plain_job(p));
   }
   return jobs_ws(jobs);
 }
@@ -265,12 +303,13 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
   constexpr const char* op = "grouped_matmul";
   std::vector<Job> jobs;
   for (const GroupedMatmulParams& p : parts) {
-    if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, p.offsets_are_counts, (*p.weights)[0].n));
-    OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], (*p.weights)[0].n, true));
+    OPTX_RETURN_IF_ERROR(check_plain(op, p, /*need_data=*/true));
+    OPTX_RETURN_IF_ERROR(check_offsets(op, static_cast<const int64_t*>(p.group_offsets.data), p.weights->count(),
+                                       p.offsets_are_counts, p.x.sizes[0]));
     jobs.push_back(plain_job(p));
   }
-  return run_jobs(op, jobs, stats, ws, [](size_t, int64_t, int64_t) {});
+  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_workspace_size", ws, jobs_ws(jobs)));
+  return run_jobs(jobs, stats, ws, [](size_t, int64_t, int64_t) {});
 }
 
 namespace {
@@ -288,7 +327,7 @@ size_t swiglu_ws(std::span<const SwigluPart> sp, std::vector<Job>* jobs) {
 size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
   std::vector<SwigluPart> sp;
   for (const GroupedMatmulSwigluParams& p : parts) {
-    if (!p.weights || p.weights->count() < 1 || p.x.rank != 2) return 0;
+    if (!check_swiglu("grouped_matmul_swiglu", p, /*need_data=*/false).ok()) return 0;
     sp.push_back(swiglu_part(p));
   }
   std::vector<Job> jobs;
@@ -301,21 +340,12 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   // all come from the same parts.
   std::vector<SwigluPart> sp;
   for (const GroupedMatmulSwigluParams& p : parts) {
-    if (!p.weights || p.weights->count() < 1) return Error(StatusCode::kInvalidArgument, op, ": weights is null or empty");
-    const int64_t N2 = (*p.weights)[0].n;
-    if (N2 % 2) return Error(StatusCode::kInvalidArgument, op, ": weights have N=", N2, " rows; need [gate; up], an even count");
-    OPTX_RETURN_IF_ERROR(check_groups(op, p.x, p.weights, p.group_offsets, false, N2));
-    const bool quant = p.out.dtype == DType::kI8;
-    OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", p.x.sizes[0], N2 / 2, !quant));
-    if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.out_scales, "out_scales", p.x.sizes[0], DType::kF32));
-    else if (!p.out_scales.empty())
-      return Error(StatusCode::kInvalidArgument, op, ": out_scales given but out.dtype=", dtype_name(p.out.dtype), " (only for i8 out)");
+    OPTX_RETURN_IF_ERROR(check_swiglu(op, p, /*need_data=*/true));
+    OPTX_RETURN_IF_ERROR(check_offsets(op, static_cast<const int64_t*>(p.group_offsets.data), p.weights->count(), false, p.x.sizes[0]));
     sp.push_back(swiglu_part(p));
   }
   std::vector<Job> jobs;
-  const size_t need = swiglu_ws(sp, &jobs);
-  if (ws.bytes < need || !ws.data)
-    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but grouped_matmul_swiglu_workspace_size()=", need);
+  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, swiglu_ws(sp, &jobs)));
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.size(); ++i) {
     if (!sp[i].buf_cols) continue;
@@ -323,7 +353,7 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
     at += sp[i].buf_bytes;
   }
   const size_t used = size_t(at - static_cast<uint8_t*>(ws.data));
-  return run_jobs(op, jobs, stats, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used},
+  return run_jobs(jobs, stats, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used},
                   [&](size_t j, int64_t begin, int64_t end) { swiglu_rows(sp[j], begin, end); });
 }
 

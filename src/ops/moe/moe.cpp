@@ -4,6 +4,7 @@
 #include "optx/moe.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -17,17 +18,19 @@ namespace {
 
 using moe_detail::check_1d;
 using moe_detail::check_2d;
+using moe_detail::describe;
 using moe_detail::load_f;
 
 using moe_detail::kMaxExperts;
-constexpr int64_t kMaxTopK = 32;
-constexpr int64_t kMaxHidden = 16384;
+using moe_detail::kMaxHidden;
+using moe_detail::kMaxTopK;
 
-// Top-k of v[0..n) among eligible entries, descending, ties to the lower index: one
-// ascending scan keeping the best k in order by insertion; a value moves ahead only of
-// strictly smaller ones, so an equal later id stays behind. O(n) compares when most
-// values fall below the current k-th (was k passes over n with a taken-check each:
-// 2x slower than an eager softmax + partial sort at E = 64, k = 6).
+// Top-k of v[0..n) (no NaN: the routers clamp what they select on) among eligible entries,
+// descending, ties to the lower index: one ascending scan keeping the best k in order by
+// insertion; a value moves ahead only of strictly smaller ones, so an equal later id
+// stays behind. O(n) compares when most values fall below the current k-th (was k
+// passes over n with a taken-check each: 2x slower than an eager softmax + partial sort
+// at E = 64, k = 6).
 void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
   float best[kMaxTopK];
   int64_t cnt = 0;
@@ -56,16 +59,32 @@ std::string gating_impl() { return moe_detail::router_avx512() ? "avx512" : "gen
 
 // ---- gating --------------------------------------------------------------------------------
 namespace {
+// Non-finite logits and selection scores are clamped to the finite range, NaN to the
+// lowest: a NaN counts as -inf, softmax over a row of -inf logits is uniform, and the
+// top-k always takes k distinct eligible experts (ties, -inf ones included, to the lower
+// id). The AVX-512 unit clamps with max_ps / min_ps, which give what these expressions
+// do (x > lo ? x : lo is lo for a NaN x), so both paths select the same experts.
+inline float clamp_finite(float x) {
+  const float lo = x > -FLT_MAX ? x : -FLT_MAX;
+  return lo < FLT_MAX ? lo : FLT_MAX;
+}
+
 Status gating(const char* op, const MoeGatingParams& p) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.logits, "logits", -1, -1, true));
   const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1];
   if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": experts E=", E, " must be in [1, ", kMaxExperts, "]");
-  if (p.topk_ids.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": topk_ids must be i32 [T, k]");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, -1, false));
   const int64_t k = p.topk_ids.sizes[1];
   if (p.topk_ids.dtype != DType::kI32) return Error(StatusCode::kInvalidArgument, op, ": topk_ids.dtype=", dtype_name(p.topk_ids.dtype), " but must be i32");
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, k, false));
   OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_weights, "topk_weights", T, k, false));
-  if (p.topk_weights.dtype != DType::kF32) return Error(StatusCode::kInvalidArgument, op, ": topk_weights must be f32");
+  if (p.topk_weights.dtype != DType::kF32)
+    return Error(StatusCode::kInvalidArgument, op, ": topk_weights.dtype=", dtype_name(p.topk_weights.dtype), " but must be f32");
+  if (p.score != MoeScore::kSoftmax && p.score != MoeScore::kSigmoid && p.score != MoeScore::kSqrtSoftplus)
+    return Error(StatusCode::kInvalidArgument, op, ": score=", int(p.score), " is not a MoeScore (0 softmax, 1 sigmoid, 2 sqrt-softplus)");
+  if (p.group_score != MoeGroupScore::kMax && p.group_score != MoeGroupScore::kTop2Sum)
+    return Error(StatusCode::kInvalidArgument, op, ": group_score=", int(p.group_score), " is not a MoeGroupScore (0 max, 1 top-2 sum)");
+  if (!std::isfinite(p.routed_scaling_factor))
+    return Error(StatusCode::kInvalidArgument, op, ": routed_scaling_factor=", p.routed_scaling_factor, " must be finite");
   if (p.n_group < 1 || E % p.n_group || p.topk_group < 1 || p.topk_group > p.n_group)
     return Error(StatusCode::kInvalidArgument, op, ": n_group=", p.n_group, " must divide E=", E, " and topk_group=", p.topk_group,
                  " be in [1, n_group]");
@@ -84,7 +103,12 @@ Status gating(const char* op, const MoeGatingParams& p) {
   for (int64_t t = 0; t < T; ++t) {
     alignas(64) float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
     bool ok[kMaxExperts];
-    for (int64_t e = 0; e < E; ++e) logit[e] = load_f(p.logits, t * E + e);
+    if (vec) {
+      moe_detail::load_logits_avx512(static_cast<const uint8_t*>(p.logits.data) + size_t(t * E) * dtype_size(p.logits.dtype),
+                                     p.logits.dtype, E, logit);
+    } else {
+      for (int64_t e = 0; e < E; ++e) logit[e] = clamp_finite(load_f(p.logits, t * E + e));
+    }
     int32_t* id = ids + t * k;
     float* w = wts + t * k;
     if (p.topk_then_softmax) {
@@ -113,7 +137,10 @@ Status gating(const char* op, const MoeGatingParams& p) {
         score[e] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));
       }
     }
-    for (int64_t e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias[e] : 0.0f), ok[e] = true;
+    if (vec) moe_detail::selection_scores_avx512(score, bias, E, sel);
+    else
+      for (int64_t e = 0; e < E; ++e) sel[e] = clamp_finite(bias ? score[e] + bias[e] : score[e]);
+    for (int64_t e = 0; e < E; ++e) ok[e] = true;
     if (p.n_group > 1) {  // keep the topk_group best groups
       const int64_t gs = E / p.n_group;
       float gscore[kMaxExperts];
@@ -155,24 +182,30 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.x, "x", -1, -1, true));
   const int64_t T = p.x.sizes[0], H = p.x.sizes[1], E = p.num_experts;
   if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": num_experts=", E, " must be in [1, ", kMaxExperts, "]");
-  if (p.topk_ids.rank != 2 || p.topk_ids.dtype != DType::kI32)
-    return Error(StatusCode::kInvalidArgument, op, ": topk_ids must be i32 [T, k]");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, -1, false));
+  if (p.topk_ids.dtype != DType::kI32)
+    return Error(StatusCode::kInvalidArgument, op, ": topk_ids.dtype=", dtype_name(p.topk_ids.dtype), " but must be i32");
+  // T * k is topk_ids' element count, which check_view bounded: no overflow.
   const int64_t k = p.topk_ids.sizes[1], N = T * k;
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_ids, "topk_ids", T, k, false));
+  if (N > INT32_MAX)
+    return Error(StatusCode::kInvalidArgument, op, ": T*k=", N, " rows exceed the i32 row_map / inverse (", INT32_MAX, ")");
   OPTX_RETURN_IF_ERROR(check_2d(op, p.sorted_rows, "sorted_rows", N, H, false));
   const bool quant = p.sorted_rows.dtype == DType::kI8;
   if (!quant && p.sorted_rows.dtype != p.x.dtype)
-    return Error(StatusCode::kInvalidArgument, op, ": sorted_rows.dtype must be x.dtype or i8");
+    return Error(StatusCode::kInvalidArgument, op, ": sorted_rows.dtype=", dtype_name(p.sorted_rows.dtype), " must be x.dtype=",
+                 dtype_name(p.x.dtype), " or i8");
   if (quant) OPTX_RETURN_IF_ERROR(check_1d(op, p.row_scales, "row_scales", N, DType::kF32));
-  else if (p.row_scales.data)
-    return Error(StatusCode::kInvalidArgument, op, ": row_scales is only written when sorted_rows is i8");
+  else if (!p.row_scales.empty())
+    return Error(StatusCode::kInvalidArgument, op, ": row_scales is only written when sorted_rows is i8, got ", describe(p.row_scales));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.row_map, "row_map", N, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", N, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.counts, "counts", E, DType::kI64));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.offsets, "offsets", E, DType::kI64));
-  const int64_t e0 = p.expert_begin, e1 = p.expert_end < 0 ? E : p.expert_end;
+  // Only -1 stands for num_experts: another negative end is a caller's mistake.
+  const int64_t e0 = p.expert_begin, e1 = p.expert_end == -1 ? E : p.expert_end;
   if (e0 < 0 || e1 > E || e0 > e1)
-    return Error(StatusCode::kInvalidArgument, op, ": expert range [", e0, ", ", e1, ") must lie in [0, ", E, "]");
+    return Error(StatusCode::kInvalidArgument, op, ": expert range [", e0, ", ", e1, ") must lie in [0, ", E,
+                 "] (expert_end -1: num_experts)");
   const int32_t* ids = static_cast<const int32_t*>(p.topk_ids.data);
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= E)
@@ -226,12 +259,10 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
 
 Status moe_compute_expert_tokens(const TensorView& sorted_ids, const TensorView& offsets) {
   constexpr const char* op = "moe_compute_expert_tokens";
-  if (sorted_ids.rank != 1 || sorted_ids.dtype != DType::kI32 || (sorted_ids.sizes[0] > 0 && !sorted_ids.data))
-    return Error(StatusCode::kInvalidArgument, op, ": sorted_ids must be i32 [N]");
-  const int64_t N = sorted_ids.sizes[0];
-  if (offsets.rank != 1 || offsets.dtype != DType::kI64 || !offsets.data || offsets.sizes[0] < 1)
-    return Error(StatusCode::kInvalidArgument, op, ": offsets must be i64 [E]");
-  const int64_t E = offsets.sizes[0];
+  OPTX_RETURN_IF_ERROR(check_1d(op, sorted_ids, "sorted_ids", -1, DType::kI32));
+  OPTX_RETURN_IF_ERROR(check_1d(op, offsets, "offsets", -1, DType::kI64));
+  const int64_t N = sorted_ids.sizes[0], E = offsets.sizes[0];
+  if (E < 1) return Error(StatusCode::kInvalidArgument, op, ": offsets has ", E, " experts; needs at least 1");
   const int32_t* ids = static_cast<const int32_t*>(sorted_ids.data);
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= E || (i > 0 && ids[i] < ids[i - 1]))
@@ -251,9 +282,11 @@ Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", -1, -1, true));
   const int64_t T = p.out.sizes[0], H = p.out.sizes[1];
   if (H > kMaxHidden) return Error(StatusCode::kInvalidArgument, op, ": hidden H=", H, " exceeds ", kMaxHidden);
-  if (p.weights.rank != 2 || p.weights.dtype != DType::kF32) return Error(StatusCode::kInvalidArgument, op, ": weights must be f32 [T, k]");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.weights, "weights", T, -1, false));
+  if (p.weights.dtype != DType::kF32)
+    return Error(StatusCode::kInvalidArgument, op, ": weights.dtype=", dtype_name(p.weights.dtype), " but must be f32");
+  // T * k is weights' element count, which check_view bounded: no overflow.
   const int64_t k = p.weights.sizes[1];
-  OPTX_RETURN_IF_ERROR(check_2d(op, p.weights, "weights", T, k, false));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", T * k, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_2d(op, p.y, "y", -1, H, true));
   if (!p.shared.empty()) OPTX_RETURN_IF_ERROR(check_2d(op, p.shared, "shared", T, H, true));
@@ -262,6 +295,8 @@ Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace) {
   for (int64_t i = 0; i < T * k; ++i)
     if (inv[i] < -1 || inv[i] >= p.y.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": inverse[", i, "]=", inv[i], " is outside [-1, ", p.y.sizes[0], ")");
+  // An out without elements may still claim 2^62 rows (of 0 columns): nothing to loop over.
+  if (p.out.numel() == 0) return Status::Ok();
   const float* w = static_cast<const float*>(p.weights.data);
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 4)
   for (int64_t t = 0; t < T; ++t) {

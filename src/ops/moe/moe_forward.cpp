@@ -6,6 +6,7 @@
 //   finalize: out = sum_j w * y + sh_out
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "ops/moe/moe_internal.h"
 
@@ -72,42 +73,97 @@ Layout layout_of(const MoeForwardParams& p) {
   return l;
 }
 
-Status validate(const MoeForwardParams& p) {
+// rows x cols elements of es bytes within check_view's bound: layout_of carves buffers of
+// these shapes, which the inner ops check as views.
+bool fits(int64_t rows, int64_t cols, size_t es) {
+  int64_t n = 0;
+  return !__builtin_mul_overflow(rows, cols, &n) && !__builtin_mul_overflow(n, int64_t(es), &n) && n <= kMaxViewBytes;
+}
+
+// Every argument, before layout_of multiplies the sizes, so that the errors name
+// moe_forward and its arguments rather than the inner op that would fail. need_data =
+// false for moe_forward_workspace_size, which may size the workspace before x and out exist.
+Status validate(const MoeForwardParams& p, bool need_data) {
+  using moe_detail::check_1d;
+  using moe_detail::check_2d;
+  using moe_detail::describe;
   constexpr const char* op = "moe_forward";
-  if (p.x.rank != 2 || (p.x.dtype != DType::kF32 && p.x.dtype != DType::kBF16) || !p.x.is_contiguous())
-    return Error(StatusCode::kInvalidArgument, op, ": x must be contiguous f32 | bf16 [T, H]");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.x, "x", -1, -1, true, need_data));
+  const int64_t T = p.x.sizes[0], H = p.x.sizes[1];
+  if (H < 1 || H > moe_detail::kMaxHidden)
+    return Error(StatusCode::kInvalidArgument, op, ": x has H=", H, " but the hidden size must be in [1, ", moe_detail::kMaxHidden, "]");
+  OPTX_RETURN_IF_ERROR(check_2d(op, p.out, "out", T, H, true, need_data));
+  if (p.out.dtype != p.x.dtype)
+    return Error(StatusCode::kInvalidArgument, op, ": out.dtype=", dtype_name(p.out.dtype), " but x.dtype=", dtype_name(p.x.dtype));
   if (p.packed_router) {
     if (!p.router.empty()) return Error(StatusCode::kInvalidArgument, op, ": both router and packed_router given; pass one");
-    if (p.packed_router->k != p.x.sizes[1])
-      return Error(StatusCode::kInvalidArgument, op, ": packed_router has K=", p.packed_router->k, " but x has H=", p.x.sizes[1]);
-  } else if (p.router.rank != 2 || p.router.dtype != DType::kF32 || p.router.sizes[1] != p.x.sizes[1] || !p.router.data) {
-    return Error(StatusCode::kInvalidArgument, op, ": router must be f32 [E, H=", p.x.sizes[1], "]");
+    if (p.packed_router->k != H)
+      return Error(StatusCode::kInvalidArgument, op, ": packed_router has K=", p.packed_router->k, " but x has H=", H);
+    if (need_data && !p.packed_router->data) return Error(StatusCode::kInvalidArgument, op, ": packed_router->data is null");
+  } else {
+    OPTX_RETURN_IF_ERROR(moe_detail::check_view_of(op, "router", p.router, need_data));
+    if (p.router.rank != 2 || p.router.dtype != DType::kF32 || p.router.sizes[1] != H)
+      return Error(StatusCode::kInvalidArgument, op, ": router must be f32 [E, H=", H, "], got rank ", p.router.rank, " ",
+                   describe(p.router));
   }
   const int64_t E = num_experts(p);
+  if (E < 1 || E > moe_detail::kMaxExperts)
+    return Error(StatusCode::kInvalidArgument, op, ": the router has E=", E, " experts; must be in [1, ", moe_detail::kMaxExperts, "]");
   if (!p.gate_up || !p.down || p.gate_up->count() != E || p.down->count() != E)
-    return Error(StatusCode::kInvalidArgument, op, ": gate_up and down must hold E=", E, " packed expert matrices");
-  if ((*p.gate_up)[0].k != p.x.sizes[1] || (*p.down)[0].n != p.x.sizes[1] || (*p.down)[0].k * 2 != (*p.gate_up)[0].n)
-    return Error(StatusCode::kInvalidArgument, op, ": expert shapes must be gate_up [2I, H] and down [H, I]");
+    return Error(StatusCode::kInvalidArgument, op, ": gate_up and down must hold E=", E, " packed expert matrices, got ",
+                 p.gate_up ? p.gate_up->count() : 0, " and ", p.down ? p.down->count() : 0);
+  // pack_weights gives all E matrices of a set one shape: the first speaks for them.
+  const PackedMatrix &gu = (*p.gate_up)[0], &dn = (*p.down)[0];
+  const int64_t I = dn.k;
+  if (gu.k != H || gu.n != 2 * I || dn.n != H || I < 1)
+    return Error(StatusCode::kInvalidArgument, op, ": experts are gate_up [", gu.n, ", ", gu.k, "] and down [", dn.n, ", ", dn.k,
+                 "]; must be [2I, H=", H, "] and [H, I] with I >= 1");
   if ((p.shared_gate_up == nullptr) != (p.shared_down == nullptr))
     return Error(StatusCode::kInvalidArgument, op, ": shared_gate_up and shared_down come together");
-  if (p.shared_gate_up && ((*p.shared_gate_up)[0].k != p.x.sizes[1] || (*p.shared_down)[0].n != p.x.sizes[1] ||
-                           (*p.shared_down)[0].k * 2 != (*p.shared_gate_up)[0].n))
-    return Error(StatusCode::kInvalidArgument, op, ": shared expert shapes must be [2 I_s, H] and [H, I_s]");
-  if (p.out.rank != 2 || p.out.sizes[0] != p.x.sizes[0] || p.out.sizes[1] != p.x.sizes[1] || p.out.dtype != p.x.dtype ||
-      !p.out.is_contiguous())
-    return Error(StatusCode::kInvalidArgument, op, ": out must be contiguous like x");
+  int64_t Is = 0;
+  if (p.shared_gate_up) {
+    if (p.shared_gate_up->count() != 1 || p.shared_down->count() != 1)
+      return Error(StatusCode::kInvalidArgument, op, ": shared_gate_up and shared_down must hold one matrix each, got ",
+                   p.shared_gate_up->count(), " and ", p.shared_down->count());
+    const PackedMatrix &sgu = (*p.shared_gate_up)[0], &sdn = (*p.shared_down)[0];
+    Is = sgu.n / 2;
+    if (sgu.k != H || sgu.n != 2 * Is || sdn.n != H || sdn.k != Is || Is < 1)
+      return Error(StatusCode::kInvalidArgument, op, ": shared_gate_up is [", sgu.n, ", ", sgu.k, "] and shared_down [", sdn.n, ", ",
+                   sdn.k, "]; must be [2 I_s, H=", H, "] and [H, I_s] with I_s >= 1");
+  }
+  if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32, need_data));
+  if (p.score != MoeScore::kSoftmax && p.score != MoeScore::kSigmoid && p.score != MoeScore::kSqrtSoftplus)
+    return Error(StatusCode::kInvalidArgument, op, ": score=", int(p.score), " is not a MoeScore (0 softmax, 1 sigmoid, 2 sqrt-softplus)");
+  if (p.group_score != MoeGroupScore::kMax && p.group_score != MoeGroupScore::kTop2Sum)
+    return Error(StatusCode::kInvalidArgument, op, ": group_score=", int(p.group_score), " is not a MoeGroupScore (0 max, 1 top-2 sum)");
+  if (!std::isfinite(p.routed_scaling_factor))
+    return Error(StatusCode::kInvalidArgument, op, ": routed_scaling_factor=", p.routed_scaling_factor, " must be finite");
+  if (p.n_group < 1 || E % p.n_group || p.topk_group < 1 || p.topk_group > p.n_group)
+    return Error(StatusCode::kInvalidArgument, op, ": n_group=", p.n_group, " must divide E=", E, " and topk_group=", p.topk_group,
+                 " be in [1, n_group]");
+  const int64_t eligible_max = E / p.n_group * p.topk_group;
+  if (p.top_k < 1 || p.top_k > moe_detail::kMaxTopK || p.top_k > eligible_max)
+    return Error(StatusCode::kInvalidArgument, op, ": top_k=", p.top_k, " must be in [1, min(", moe_detail::kMaxTopK,
+                 ", experts in the kept groups = ", eligible_max, ")]");
+  // x's bound keeps T * H in range, but the routed rows are top_k times as many, and I,
+  // I_s and E are the weights' own: each buffer must pass check_view in the inner ops.
+  const size_t es = dtype_size(p.x.dtype);
+  if (!fits(T * p.top_k, std::max(H, I), es) || !fits(T, std::max({H, E, Is}), sizeof(float)))
+    return Error(StatusCode::kInvalidArgument, op, ": T=", T, " tokens with top_k=", p.top_k, ", H=", H, ", I=", I, ", I_s=", Is,
+                 " and E=", E, " need buffers beyond 2^", kMaxViewLog2, " bytes");
   return Status::Ok();
 }
 
 }  // namespace
 
-size_t moe_forward_workspace_size(const MoeForwardParams& p) { return validate(p).ok() ? layout_of(p).total : 0; }
+size_t moe_forward_workspace_size(const MoeForwardParams& p) { return validate(p, /*need_data=*/false).ok() ? layout_of(p).total : 0; }
 
 Status moe_forward(const MoeForwardParams& p, Workspace ws) {
-  OPTX_RETURN_IF_ERROR(validate(p));
+  OPTX_RETURN_IF_ERROR(validate(p, /*need_data=*/true));
   const Layout l = layout_of(p);
-  if (ws.bytes < l.total || !ws.data)
+  if (ws.bytes < l.total)
     return Error(StatusCode::kWorkspaceTooSmall, "moe_forward: workspace.bytes=", ws.bytes, " but moe_forward_workspace_size()=", l.total);
+  if (!ws.data) return Error(StatusCode::kInvalidArgument, "moe_forward: workspace.data is null (workspace.bytes=", ws.bytes, ")");
   if (l.T == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   auto at = [&](size_t off) { return static_cast<void*>(base + off); };

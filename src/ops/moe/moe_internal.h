@@ -3,17 +3,28 @@
 #pragma once
 
 #include <span>
+#include <string>
 
+#include "core/validate.h"
 #include "optx/moe.h"
 
 namespace optx::moe_detail {
 
 // Experts per router row: the routers keep a row's scores on the stack.
 inline constexpr int64_t kMaxExperts = 1024;
+// Top-k slots per token: the generic top-k keeps them on the stack.
+inline constexpr int64_t kMaxTopK = 32;
+// Hidden size finalize accumulates on the stack.
+inline constexpr int64_t kMaxHidden = 16384;
 
 // The routers' per-expert scores and top-k from an AVX-512 unit (moe_gating_avx512.cpp);
 // used when the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
+// topk_avx512 takes finite values only (it marks taken and ineligible lanes -inf, which
+// must stay below every candidate): the routers clamp what they select on, with the same
+// clamp in both units (moe.cpp's clamp_finite).
 inline bool router_avx512() { return active_isa() >= Isa::kAvx512; }
+void load_logits_avx512(const void* row, DType dt, int64_t E, float* logit);             // clamped
+void selection_scores_avx512(const float* score, const float* bias, int64_t E, float* sel);  // clamped score + bias
 void softmax_scores_avx512(const float* logit, int64_t E, float* score);
 void sigmoid_scores_avx512(const float* logit, int64_t E, float* score);
 void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);  // n <= kMaxExperts
@@ -22,20 +33,44 @@ inline float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];
 }
 
-inline Status check_2d(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols, bool float_types) {
+// "f32 [2, 4] strides [8, 1]": what a view was, for the errors.
+inline std::string describe(const TensorView& t) {
+  std::string s = std::string(dtype_name(t.dtype)) + " [";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
+  s += "] strides [";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.strides[d]);
+  return s + "]";
+}
+
+// Core's check_view, run on every view before its sizes are used. need_data = false for
+// the *_workspace_size functions, which size buffers before the activations exist: then
+// everything but the pointer is checked.
+inline Status check_view_of(const char* op, const char* name, const TensorView& t, bool need_data) {
+  if (need_data || t.data || t.rank == 0) return check_view(op, name, t);
+  TensorView shape = t;
+  shape.data = &shape;  // any non-null address
+  return check_view(op, name, shape);
+}
+
+// A contiguous [rows, cols] view (-1: any size), f32 | bf16 when float_types.
+inline Status check_2d(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols, bool float_types,
+                       bool need_data = true) {
+  OPTX_RETURN_IF_ERROR(check_view_of(op, name, t, need_data));
   if (t.rank != 2 || (rows >= 0 && t.sizes[0] != rows) || (cols >= 0 && t.sizes[1] != cols))
-    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be [", rows, ", ", cols, "], got rank ", t.rank, " [",
-                 t.rank > 0 ? t.sizes[0] : -1, ", ", t.rank > 1 ? t.sizes[1] : -1, "]");
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be [", rows >= 0 ? std::to_string(rows) : "*", ", ",
+                 cols >= 0 ? std::to_string(cols) : "*", "], got rank ", t.rank, " ", describe(t));
   if (float_types && t.dtype != DType::kF32 && t.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".dtype=", dtype_name(t.dtype), " but must be f32 or bf16");
-  if (!t.is_contiguous()) return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous");
-  if (t.numel() > 0 && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  if (!t.is_contiguous()) return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous, got ", describe(t));
   return Status::Ok();
 }
 
-inline Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt) {
-  if (t.rank != 1 || t.sizes[0] != n || t.dtype != dt || (n > 1 && t.strides[0] != 1) || (n > 0 && !t.data))
-    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous ", dtype_name(dt), " [", n, "]");
+// A contiguous [n] view of dtype dt (n = -1: any length).
+inline Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt, bool need_data = true) {
+  OPTX_RETURN_IF_ERROR(check_view_of(op, name, t, need_data));
+  if (t.rank != 1 || (n >= 0 && t.sizes[0] != n) || t.dtype != dt || !t.is_contiguous())
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous ", dtype_name(dt), " [",
+                 n >= 0 ? std::to_string(n) : "*", "], got rank ", t.rank, " ", describe(t));
   return Status::Ok();
 }
 

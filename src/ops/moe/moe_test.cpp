@@ -127,6 +127,89 @@ TEST(MoeGating, TiesBreakToLowerExpertId) {
   EXPECT_FLOAT_EQ(w[0], w[1]);
 }
 
+// A failed status whose message holds `want`.
+::testing::AssertionResult fails_with(const Status& st, const std::string& want) {
+  if (st.ok()) return ::testing::AssertionFailure() << "returned OK; expected an error with \"" << want << "\"";
+  if (st.message().find(want) == std::string::npos)
+    return ::testing::AssertionFailure() << "message \"" << st.message() << "\" lacks \"" << want << "\"";
+  return ::testing::AssertionSuccess();
+}
+
+constexpr int64_t kHuge = int64_t(1) << 62;                    // T = 2^62 tokens, and with k = 4
+constexpr int64_t kHugeX4 = int64_t(uint64_t(kHuge) * 4);        // T * k as a caller's int64 wraps it: 0
+
+// Non-finite router values: NaN counts as -inf, and -inf experts are taken only when
+// nothing better is left, lowest id first, so the ids are always k distinct valid experts
+// (before, the AVX-512 top-k matched no lane for a NaN max and left ids unwritten, and
+// took a retired lane again when the max was -inf). Ids and weights are the rule's, by
+// hand; named *Selected* so the OPTX_MAX_ISA-capped ctest runs check the generic path too.
+TEST(MoeGating, NonFiniteScoresGiveDistinctValidIdsOnSelectedIsa) {
+  const float nan = NAN, inf = INFINITY;
+  const auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), e4 = std::exp(-4.0);
+  const double s3 = 1 + e1 + e2 + 5 * std::exp(-3.0);  // softmax denominator of {3, 2, 1, 0 x5}, over e^3
+  struct Case {
+    const char* what;
+    std::vector<float> logits, bias;
+    MoeScore score;
+    bool tks, renorm;
+    std::vector<int32_t> ids;
+    std::vector<double> w;
+  };
+  const Case cases[] = {
+      {"NaN logits, top-k then softmax", {nan, 1, nan, 3, 2, nan, -1, nan}, {}, MoeScore::kSoftmax, true, false, {3, 4, 1, 6},
+       {1 / (1 + e1 + e2 + e4), e1 / (1 + e1 + e2 + e4), e2 / (1 + e1 + e2 + e4), e4 / (1 + e1 + e2 + e4)}},
+      {"all NaN logits, top-k then softmax", std::vector<float>(8, nan), {}, MoeScore::kSoftmax, true, false, {0, 1, 2},
+       {1.0 / 3, 1.0 / 3, 1.0 / 3}},
+      {"all -inf logits, softmax (uniform)", std::vector<float>(8, -inf), {}, MoeScore::kSoftmax, false, false, {0, 1, 2},
+       {1.0 / 8, 1.0 / 8, 1.0 / 8}},
+      // Finite, but below V::exp's -87: the AVX-512 softmax took its max over the zero
+      // padding lanes of E = 8 and divided 0 by 0.
+      {"all logits -100, softmax", std::vector<float>(8, -100), {}, MoeScore::kSoftmax, false, false, {0, 1, 2},
+       {1.0 / 8, 1.0 / 8, 1.0 / 8}},
+      {"all -inf logits, softmax, renormalised", std::vector<float>(20, -inf), {}, MoeScore::kSoftmax, false, true, {0, 1},
+       {0.5, 0.5}},
+      {"NaN and -inf logits, sigmoid", {-inf, nan, 0.5f, -inf, 2, nan, -inf, nan}, {}, MoeScore::kSigmoid, false, false,
+       {4, 2, 0, 1}, {sig(2), sig(0.5), 0, 0}},
+      {"+inf logits, softmax", {1, inf, 2, -inf, inf, 0, 0, 0}, {}, MoeScore::kSoftmax, false, false, {1, 4, 0}, {0.5, 0.5, 0}},
+      {"NaN bias", {3, 2, 1, 0, 0, 0, 0, 0}, {nan, 0, nan, 0, 0, 0, 0, 0}, MoeScore::kSigmoid, false, true, {1, 3},
+       {sig(2) / (sig(2) + 0.5), 0.5 / (sig(2) + 0.5)}},
+      {"-inf bias on all but expert 5", {3, 2, 1, 0, 0, 0, 0, 0}, {-inf, -inf, -inf, -inf, -inf, 0, -inf, -inf},
+       MoeScore::kSigmoid, false, false, {5, 0}, {0.5, sig(3)}},
+      {"-inf bias on all but expert 0", {3, 2, 1, 0, 0, 0, 0, 0}, {0, -inf, -inf, -inf, -inf, -inf, -inf, -inf},
+       MoeScore::kSoftmax, false, false, {0, 1}, {1 / s3, e1 / s3}},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(c.what) + ", " + dtype_name(dt) + " logits on " + selected_impl("moe_gating_topk"));
+      const int64_t E = int64_t(c.logits.size()), k = int64_t(c.ids.size());
+      std::vector<float> lf = c.logits, bias = c.bias;
+      std::vector<uint16_t> lb(lf.size());
+      for (size_t i = 0; i < lb.size(); ++i) lb[i] = f32_to_bf16(lf[i]);  // NaN and +-inf are exact in bf16
+      std::vector<int32_t> ids(size_t(k), -7);
+      std::vector<float> w(size_t(k), -7.0f);
+      const MoeGatingParams p{
+          .logits = make_view(dt == DType::kF32 ? static_cast<void*>(lf.data()) : lb.data(), dt, {1, E}),
+          .bias = bias.empty() ? TensorView{} : make_view(bias.data(), DType::kF32, {E}),
+          .topk_ids = make_view(ids.data(), DType::kI32, {1, k}), .topk_weights = make_view(w.data(), DType::kF32, {1, k}),
+          .score = c.score, .renormalize = c.renorm, .topk_then_softmax = c.tks};
+      const Status st = moe_gating_topk(p);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(ids, c.ids);
+      for (int64_t j = 0; j < k; ++j) EXPECT_NEAR(w[size_t(j)], c.w[size_t(j)], 1e-6) << "slot " << j;
+    }
+  // The softmax entry point shares the rule.
+  std::vector<float> logits(6, -INFINITY);
+  std::vector<int32_t> ids(4, -7);
+  std::vector<float> w(4);
+  ASSERT_TRUE(moe_gating_topk_softmax({.logits = make_view(logits.data(), DType::kF32, {1, 6}),
+                                       .topk_ids = make_view(ids.data(), DType::kI32, {1, 4}),
+                                       .topk_weights = make_view(w.data(), DType::kF32, {1, 4}), .renormalize = true})
+                  .ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3}));
+  for (float x : w) EXPECT_FLOAT_EQ(x, 0.25f);
+}
+
 TEST(MoeRouting, StableSortCountsAndRange) {
   const int64_t T = 7, k = 3, E = 5, H = 9;
   testing::Rng rng(2);
@@ -702,6 +785,333 @@ TEST(MoeBadInput, MessagesNameTheArgument) {
   f.packed_router = &Wr[0];
   ASSERT_LE(moe_forward_workspace_size(f), ws.size());
   EXPECT_TRUE(moe_forward(f, {ws.data(), moe_forward_workspace_size(f)}).ok());
+}
+
+// A valid tiny layer (T = 2, H = 4, E = 4 experts of I = 2, f32) the bad-input tests break
+// one argument of at a time.
+struct TinyLayer {
+  static constexpr int64_t T = 2, H = 4, E = 4, I = 2;
+  std::vector<float> x = std::vector<float>(T * H, 0.5f), router = std::vector<float>(E * H, 0.25f),
+                     gu = std::vector<float>(E * 2 * I * H, 0.1f), dn = std::vector<float>(E * H * I, 0.1f),
+                     out = std::vector<float>(T * H);
+  PackedWeights Wgu, Wdn;
+  MoeForwardParams p;
+  TinyLayer() {
+    EXPECT_TRUE(pack_weights({.w = make_view(gu.data(), DType::kF32, {E, 2 * I, H})}, &Wgu).ok());
+    EXPECT_TRUE(pack_weights({.w = make_view(dn.data(), DType::kF32, {E, H, I})}, &Wdn).ok());
+    p = {.x = make_view(x.data(), DType::kF32, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}), .top_k = 2,
+         .gate_up = &Wgu, .down = &Wdn, .out = make_view(out.data(), DType::kF32, {T, H})};
+  }
+};
+
+// Routing buffers for T tokens of k slots over E experts, H wide (f32).
+struct RoutingBufs {
+  std::vector<float> x, sorted;
+  std::vector<int32_t> ids, row_map, inverse;
+  std::vector<int64_t> counts, offsets;
+  MoeRoutingParams p;
+  RoutingBufs(int64_t T, int64_t k, int64_t E, int64_t H)
+      : x(size_t(T * H), 1.0f), sorted(size_t(T * k * H)), ids(size_t(T * k), 0), row_map(size_t(T * k)), inverse(size_t(T * k)),
+        counts(size_t(E)), offsets(size_t(E)) {
+    p = {.x = make_view(x.data(), DType::kF32, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}), .num_experts = E,
+         .sorted_rows = make_view(sorted.data(), DType::kF32, {T * k, H}), .row_map = make_view(row_map.data(), DType::kI32, {T * k}),
+         .inverse = make_view(inverse.data(), DType::kI32, {T * k}), .counts = make_view(counts.data(), DType::kI64, {E}),
+         .offsets = make_view(offsets.data(), DType::kI64, {E})};
+  }
+};
+
+// Negative sizes used to pass the family's 2-D checks: x and sorted_rows [T, -1] made
+// moe_init_routing memcpy 2^64 - 4 bytes per row, and T = -1 (or H = -1) returned OK.
+TEST(MoeBadInput, NegativeSizesAreErrors) {
+  RoutingBufs r(2, 2, 4, 4);
+  MoeRoutingParams rp = r.p;
+  rp.x = make_view(r.x.data(), DType::kF32, {2, -1});
+  rp.sorted_rows = make_view(r.sorted.data(), DType::kF32, {4, -1});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: x.sizes[1]=-1 is negative"));
+  rp = r.p;
+  rp.x = make_view(r.x.data(), DType::kF32, {-1, 4});
+  rp.topk_ids = make_view(r.ids.data(), DType::kI32, {-1, 2});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: x.sizes[0]=-1 is negative"));
+
+  std::vector<float> logits(16), w(4), y(16), out(8);
+  std::vector<int32_t> ids(4), inv(4, 0);
+  EXPECT_TRUE(fails_with(moe_gating_topk({.logits = make_view(logits.data(), DType::kF32, {-1, 8}),
+                                          .topk_ids = make_view(ids.data(), DType::kI32, {-1, 2}),
+                                          .topk_weights = make_view(w.data(), DType::kF32, {-1, 2})}),
+                         "moe_gating_topk: logits.sizes[0]=-1 is negative"));
+  MoeFinalizeParams f{.y = make_view(y.data(), DType::kF32, {4, 4}), .inverse = make_view(inv.data(), DType::kI32, {4}),
+                      .weights = make_view(w.data(), DType::kF32, {2, 2}), .out = make_view(out.data(), DType::kF32, {2, 4})};
+  ASSERT_TRUE(moe_finalize_routing(f).ok());
+  f.out = make_view(out.data(), DType::kF32, {-1, 4});
+  f.weights = make_view(w.data(), DType::kF32, {-1, 2});
+  EXPECT_TRUE(fails_with(moe_finalize_routing(f), "moe_finalize_routing: out.sizes[0]=-1 is negative"));
+  f.out = make_view(out.data(), DType::kF32, {2, -1});
+  f.weights = make_view(w.data(), DType::kF32, {2, 2});
+  f.y = make_view(y.data(), DType::kF32, {4, -1});
+  EXPECT_TRUE(fails_with(moe_finalize_routing(f), "moe_finalize_routing: out.sizes[1]=-1 is negative"));
+  std::vector<int64_t> off(4);
+  EXPECT_TRUE(fails_with(moe_compute_expert_tokens(make_view(ids.data(), DType::kI32, {-3}), make_view(off.data(), DType::kI64, {4})),
+                         "moe_compute_expert_tokens: sorted_ids.sizes[0]=-3 is negative"));
+}
+
+// T = 2^62 tokens with k = 4: T * k wraps to 0, so the [T * k] views matched empty
+// buffers. Every view now goes through check_view before T * k is formed (finalize wrote
+// 2^62 rows of out; routing returned OK over a null topk_ids).
+TEST(MoeBadInput, TokenCountsPastTheViewBoundAreErrors) {
+  std::vector<float> buf(64);
+  std::vector<int32_t> ibuf(64);
+  std::vector<int64_t> lbuf(8);
+  for (bool null_data : {false, true}) {
+    SCOPED_TRACE(null_data ? "null data" : "small buffers");
+    void* f = null_data ? nullptr : buf.data();
+    void* i = null_data ? nullptr : ibuf.data();
+    EXPECT_TRUE(fails_with(moe_finalize_routing({.y = make_view(buf.data(), DType::kF32, {4, 1}),
+                                                 .inverse = make_view(i, DType::kI32, {kHugeX4}),
+                                                 .weights = make_view(f, DType::kF32, {kHuge, 4}),
+                                                 .out = make_view(f, DType::kF32, {kHuge, 1})}),
+                           "moe_finalize_routing: out [4611686018427387904, 1] spans more than 2^48"));
+    EXPECT_TRUE(fails_with(moe_finalize_routing({.y = make_view(buf.data(), DType::kF32, {4, 0}),
+                                                 .inverse = make_view(i, DType::kI32, {kHugeX4}),
+                                                 .weights = make_view(f, DType::kF32, {kHuge, 4}),
+                                                 .out = make_view(f, DType::kF32, {kHuge, 0})}),
+                           "moe_finalize_routing: weights [4611686018427387904, 4] spans more than 2^48"));
+    EXPECT_TRUE(fails_with(moe_init_routing({.x = make_view(f, DType::kF32, {kHuge, 0}), .topk_ids = make_view(i, DType::kI32, {kHuge, 4}),
+                                             .num_experts = 4, .sorted_rows = make_view(f, DType::kF32, {kHugeX4, 0}),
+                                             .row_map = make_view(i, DType::kI32, {kHugeX4}),
+                                             .inverse = make_view(i, DType::kI32, {kHugeX4}),
+                                             .counts = make_view(lbuf.data(), DType::kI64, {4}),
+                                             .offsets = make_view(lbuf.data() + 4, DType::kI64, {4})}),
+                           "moe_init_routing: topk_ids [4611686018427387904, 4] spans more than 2^48"));
+  }
+  // 2^62 tokens of width 0 with no slots: valid and empty, done without a 2^62-step loop.
+  EXPECT_TRUE(moe_finalize_routing({.y = make_view(buf.data(), DType::kF32, {4, 0}), .inverse = make_view(ibuf.data(), DType::kI32, {0}),
+                                    .weights = make_view(buf.data(), DType::kF32, {kHuge, 0}),
+                                    .out = make_view(buf.data(), DType::kF32, {kHuge, 0})})
+                  .ok());
+  // Within the view bound but past the i32 row_map / inverse.
+  const int64_t T = int64_t(1) << 31;
+  EXPECT_TRUE(fails_with(moe_init_routing({.x = make_view(buf.data(), DType::kF32, {T, 0}), .topk_ids = make_view(ibuf.data(), DType::kI32, {T, 2}),
+                                           .num_experts = 4, .sorted_rows = make_view(buf.data(), DType::kF32, {2 * T, 0}),
+                                           .row_map = make_view(ibuf.data(), DType::kI32, {2 * T}),
+                                           .inverse = make_view(ibuf.data(), DType::kI32, {2 * T}),
+                                           .counts = make_view(lbuf.data(), DType::kI64, {4}),
+                                           .offsets = make_view(lbuf.data() + 4, DType::kI64, {4})}),
+                         "moe_init_routing: T*k=4294967296 rows exceed the i32 row_map / inverse"));
+}
+
+// Enums out of range, an expert_end below -1 and a NaN scaling factor were accepted.
+TEST(MoeBadInput, EnumsExpertRangeAndScalingAreChecked) {
+  std::vector<float> logits(2 * 8, 0.5f), w(2 * 2);
+  std::vector<int32_t> ids(2 * 2);
+  MoeGatingParams g{.logits = make_view(logits.data(), DType::kF32, {2, 8}), .topk_ids = make_view(ids.data(), DType::kI32, {2, 2}),
+                    .topk_weights = make_view(w.data(), DType::kF32, {2, 2})};
+  ASSERT_TRUE(moe_gating_topk(g).ok());
+  g.score = MoeScore(9);
+  EXPECT_TRUE(fails_with(moe_gating_topk(g), "moe_gating_topk: score=9 is not a MoeScore"));
+  g.score = MoeScore::kSigmoid;
+  g.group_score = MoeGroupScore(9);
+  EXPECT_TRUE(fails_with(moe_gating_topk(g), "moe_gating_topk: group_score=9 is not a MoeGroupScore"));
+  g.group_score = MoeGroupScore::kTop2Sum;
+  g.routed_scaling_factor = NAN;
+  EXPECT_TRUE(fails_with(moe_gating_topk(g), "moe_gating_topk: routed_scaling_factor=nan must be finite"));
+  g.routed_scaling_factor = INFINITY;
+  EXPECT_TRUE(fails_with(moe_gating_topk(g), "routed_scaling_factor=inf must be finite"));
+
+  RoutingBufs r(2, 2, 4, 4);
+  r.p.expert_end = -7;
+  EXPECT_TRUE(fails_with(moe_init_routing(r.p), "moe_init_routing: expert range [0, -7) must lie in [0, 4]"));
+  r.p.expert_end = -1;  // -1 alone stands for num_experts
+  EXPECT_TRUE(moe_init_routing(r.p).ok());
+
+  TinyLayer l;
+  std::vector<uint8_t> ws(1 << 20);
+  l.p.score = MoeScore(9);
+  EXPECT_TRUE(fails_with(moe_forward(l.p, {ws.data(), ws.size()}), "moe_forward: score=9 is not a MoeScore"));
+  l.p.score = MoeScore::kSoftmax;
+  l.p.group_score = MoeGroupScore(9);
+  EXPECT_TRUE(fails_with(moe_forward(l.p, {ws.data(), ws.size()}), "moe_forward: group_score=9 is not a MoeGroupScore"));
+  l.p.group_score = MoeGroupScore::kMax;
+  l.p.routed_scaling_factor = NAN;
+  EXPECT_TRUE(fails_with(moe_forward(l.p, {ws.data(), ws.size()}), "moe_forward: routed_scaling_factor=nan must be finite"));
+  EXPECT_EQ(moe_forward_workspace_size(l.p), 0u);
+}
+
+// moe_forward checks its own arguments before it sizes anything: top_k = -2 wrapped the
+// routed-row count and the router GEMM wrote past the workspace, top_k = -1 reported
+// "gemm: workspace too small", INT64_MAX / MIN overflowed; null x / out data reached the
+// kernels; T = -1 sized a workspace of 2^64 - 256 bytes; inner ops' names leaked out.
+TEST(MoeBadInput, ForwardChecksItsOwnArgumentsFirst) {
+  TinyLayer l;
+  std::vector<uint8_t> ws(1 << 20);
+  const Workspace w{ws.data(), ws.size()};
+  const size_t need = moe_forward_workspace_size(l.p);
+  ASSERT_GT(need, 0u);
+  ASSERT_LE(need, ws.size());
+  ASSERT_TRUE(moe_forward(l.p, w).ok());
+  for (int64_t k : {int64_t(-2), int64_t(-1), int64_t(0), int64_t(5), INT64_MAX, INT64_MIN}) {
+    MoeForwardParams p = l.p;
+    p.top_k = k;
+    EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: top_k=" + std::to_string(k) +
+                                                  " must be in [1, min(32, experts in the kept groups = 4)]"));
+    EXPECT_EQ(moe_forward_workspace_size(p), 0u) << "top_k=" << k;
+  }
+  MoeForwardParams p = l.p;
+  p.x.data = nullptr;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: x.data is null"));
+  EXPECT_EQ(moe_forward_workspace_size(p), need) << "sizing needs shapes only";
+  std::vector<uint16_t> xb(l.x.size()), ob(l.out.size());
+  p = l.p;
+  p.x = make_view(nullptr, DType::kBF16, {l.T, l.H});
+  p.out = make_view(ob.data(), DType::kBF16, {l.T, l.H});
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: x.data is null"));
+  p.x.data = xb.data();
+  p.out.data = nullptr;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: out.data is null"));
+  p = l.p;
+  p.x = make_view(l.x.data(), DType::kF32, {-1, l.H});
+  EXPECT_EQ(moe_forward_workspace_size(p), 0u);
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: x.sizes[0]=-1 is negative"));
+  p = l.p;
+  std::vector<float> bias(3);
+  p.bias = make_view(bias.data(), DType::kF32, {3});
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: bias must be contiguous f32 [4], got rank 1 f32 [3] strides [1]"));
+  p = l.p;
+  p.x = make_view(l.x.data(), DType::kF32, {l.T, l.H - 1}, {l.H, 1});
+  p.out = make_view(l.out.data(), DType::kF32, {l.T, l.H - 1}, {l.H, 1});
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: x must be contiguous, got f32 [2, 3] strides [4, 1]"));
+  p = l.p;
+  p.router = make_view(l.router.data(), DType::kF32, {l.E, l.H + 1});
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: router must be f32 [E, H=4], got rank 2 f32 [4, 5]"));
+  p = l.p;
+  std::vector<float> dn2(l.E * l.H * (l.I + 1));
+  PackedWeights Wdn2;
+  ASSERT_TRUE(pack_weights({.w = make_view(dn2.data(), DType::kF32, {l.E, l.H, l.I + 1})}, &Wdn2).ok());
+  p.down = &Wdn2;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: experts are gate_up [4, 4] and down [4, 3]; must be [2I, H=4] and [H, I]"));
+  p = l.p;
+  p.shared_gate_up = &l.Wgu;  // E = 4 matrices where one shared expert set belongs
+  p.shared_down = &l.Wdn;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: shared_gate_up and shared_down must hold one matrix each, got 4 and 4"));
+  PackedWeights Wr;
+  ASSERT_TRUE(pack_weights({.w = l.p.router}, &Wr).ok());
+  PackedMatrix no_data = Wr[0];
+  no_data.data = nullptr;
+  p = l.p;
+  p.router = {};
+  p.packed_router = &no_data;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: packed_router->data is null"));
+  // Experts and hidden size past what gating and finalize keep on the stack: named here,
+  // not by the inner op.
+  {
+    const int64_t E = 1025;
+    std::vector<float> router(E * l.H), gu(E * 2 * l.I * l.H), dn(E * l.H * l.I);
+    PackedWeights Wgu, Wdn;
+    ASSERT_TRUE(pack_weights({.w = make_view(gu.data(), DType::kF32, {E, 2 * l.I, l.H})}, &Wgu).ok());
+    ASSERT_TRUE(pack_weights({.w = make_view(dn.data(), DType::kF32, {E, l.H, l.I})}, &Wdn).ok());
+    p = l.p;
+    p.router = make_view(router.data(), DType::kF32, {E, l.H});
+    p.gate_up = &Wgu, p.down = &Wdn;
+    EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: the router has E=1025 experts; must be in [1, 1024]"));
+  }
+  {
+    const int64_t H = 16385;
+    std::vector<float> x(l.T * H), router(l.E * H), gu(l.E * 2 * l.I * H), dn(l.E * H * l.I), out(l.T * H);
+    PackedWeights Wgu, Wdn;
+    ASSERT_TRUE(pack_weights({.w = make_view(gu.data(), DType::kF32, {l.E, 2 * l.I, H})}, &Wgu).ok());
+    ASSERT_TRUE(pack_weights({.w = make_view(dn.data(), DType::kF32, {l.E, H, l.I})}, &Wdn).ok());
+    p = l.p;
+    p.x = make_view(x.data(), DType::kF32, {l.T, H}), p.out = make_view(out.data(), DType::kF32, {l.T, H});
+    p.router = make_view(router.data(), DType::kF32, {l.E, H});
+    p.gate_up = &Wgu, p.down = &Wdn;
+    std::vector<uint8_t> big(std::max<size_t>(moe_forward_workspace_size(p), 1 << 22));
+    EXPECT_TRUE(fails_with(moe_forward(p, {big.data(), big.size()}), "moe_forward: x has H=16385 but the hidden size must be in [1, 16384]"));
+  }
+  // x within the view bound, but top_k = 2 routed copies of it are not: 2^44 tokens of
+  // H = 4 f32 (2^48 bytes) need a [2^45, 4] buffer.
+  p = l.p;
+  p.x = make_view(l.x.data(), DType::kF32, {int64_t(1) << 44, l.H});
+  p.out = make_view(l.out.data(), DType::kF32, {int64_t(1) << 44, l.H});
+  EXPECT_EQ(moe_forward_workspace_size(p), 0u);
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: T=17592186044416 tokens with top_k=2, H=4, I=2, I_s=0 and E=4 need buffers beyond 2^48 bytes"));
+  // The workspace: too small, or enough bytes at a null address.
+  EXPECT_TRUE(fails_with(moe_forward(l.p, {ws.data(), need - 1}),
+                         "moe_forward: workspace.bytes=" + std::to_string(need - 1) + " but moe_forward_workspace_size()="));
+  EXPECT_TRUE(fails_with(moe_forward(l.p, {nullptr, need}), "moe_forward: workspace.data is null"));
+}
+
+// Group counts whose running sum overflows int64 (rejected before, through the wrapped
+// sum: UB, and the message showed the wrapped value), and grouped_matmul_swiglu sized
+// M * 2I for x.sizes[0] = 2^62 before any check (UB, a wrapped size).
+TEST(MoeBadInput, GroupSizesThatWouldOverflowAreErrors) {
+  const int64_t E = 3, K = 8, N = 4, M = 3;
+  std::vector<float> x(M * K), wt(E * N * K), y(M * N);
+  PackedWeights w;
+  ASSERT_TRUE(pack_weights({.w = make_view(wt.data(), DType::kF32, {E, N, K})}, &w).ok());
+  std::vector<int64_t> counts = {1, INT64_MAX, 1};
+  GroupedMatmulParams p{.x = make_view(x.data(), DType::kF32, {M, K}), .weights = &w,
+                        .group_offsets = make_view(counts.data(), DType::kI64, {E}), .offsets_are_counts = true,
+                        .out = make_view(y.data(), DType::kF32, {M, N})};
+  std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+  EXPECT_TRUE(fails_with(grouped_matmul(p, {ws.data(), ws.size()}),
+                         "grouped_matmul: group_offsets[1]=9223372036854775807 (a count) is negative or runs past x's 3 rows (1 taken"));
+  counts = {1, -1, 1};
+  EXPECT_TRUE(fails_with(grouped_matmul(p, {ws.data(), ws.size()}), "group_offsets[1]=-1 (a count)"));
+
+  std::vector<float> wt2(E * 2 * N * K);
+  PackedWeights w2;
+  ASSERT_TRUE(pack_weights({.w = make_view(wt2.data(), DType::kF32, {E, 2 * N, K})}, &w2).ok());
+  std::vector<int64_t> offs = {1, 2, 3};
+  GroupedMatmulSwigluParams q{.x = make_view(x.data(), DType::kF32, {kHuge, K}), .weights = &w2,
+                              .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                              .out = make_view(y.data(), DType::kF32, {kHuge, N})};
+  EXPECT_EQ(grouped_matmul_swiglu_workspace_size(q), 0u);
+  EXPECT_TRUE(fails_with(grouped_matmul_swiglu(q, {ws.data(), ws.size()}),
+                         "grouped_matmul_swiglu: x [4611686018427387904, 8] spans more than 2^48"));
+  q.x = make_view(x.data(), DType::kF32, {M, K});
+  q.out = make_view(y.data(), DType::kF32, {M, N});
+  EXPECT_GT(grouped_matmul_swiglu_workspace_size(q), 0u);
+  q.x = make_view(nullptr, DType::kF32, {M, K});
+  EXPECT_GT(grouped_matmul_swiglu_workspace_size(q), 0u) << "sizing needs shapes only";
+}
+
+// Errors name the op the caller called, its own workspace function, and the values.
+TEST(MoeBadInput, MessagesNameTheOpAndGiveTheValues) {
+  const int64_t E = 3, K = 8, N = 4, M = 3;
+  std::vector<float> x(M * K), wt(E * N * K), y(M * N);
+  PackedWeights w;
+  ASSERT_TRUE(pack_weights({.w = make_view(wt.data(), DType::kF32, {E, N, K})}, &w).ok());
+  std::vector<int64_t> offs = {1, 2, 3};
+  GroupedMatmulParams p{.x = make_view(x.data(), DType::kF32, {M, K}), .weights = &w,
+                        .group_offsets = make_view(offs.data(), DType::kI64, {E}), .out = make_view(y.data(), DType::kF32, {M, N})};
+  const size_t need = grouped_matmul_workspace_size(p);
+  EXPECT_TRUE(fails_with(grouped_matmul(p, {}), "grouped_matmul: workspace.bytes=0 but grouped_matmul_workspace_size()=" +
+                                                    std::to_string(need)));
+  EXPECT_TRUE(fails_with(grouped_matmul(p, {nullptr, need}), "grouped_matmul: workspace.data is null"));
+
+  RoutingBufs r(2, 2, 4, 4);
+  MoeRoutingParams rp = r.p;
+  rp.x = make_view(r.x.data(), DType::kF32, {2, 3}, {4, 1});
+  rp.sorted_rows = make_view(r.sorted.data(), DType::kF32, {4, 3});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: x must be contiguous, got f32 [2, 3] strides [4, 1]"));
+  rp = r.p;
+  rp.topk_ids = make_view(r.ids.data(), DType::kI32, {4});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: topk_ids must be [2, *], got rank 1 i32 [4] strides [1]"));
+  rp.topk_ids = make_view(r.ids.data(), DType::kI64, {2, 1});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: topk_ids.dtype=i64 but must be i32"));
+  rp = r.p;
+  rp.sorted_rows.dtype = DType::kBF16;
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: sorted_rows.dtype=bf16 must be x.dtype=f32 or i8"));
+  rp = r.p;
+  std::vector<float> scales(4);
+  rp.row_scales = make_view(scales.data(), DType::kF32, {4});
+  EXPECT_TRUE(fails_with(moe_init_routing(rp), "moe_init_routing: row_scales is only written when sorted_rows is i8, got f32 [4]"));
+
+  std::vector<float> logits(16), wts(4);
+  std::vector<int32_t> ids(4);
+  EXPECT_TRUE(fails_with(moe_gating_topk({.logits = make_view(logits.data(), DType::kF32, {2, 8}),
+                                          .topk_ids = make_view(ids.data(), DType::kI32, {2, 2}, {1, 2}),
+                                          .topk_weights = make_view(wts.data(), DType::kF32, {2, 2})}),
+                         "moe_gating_topk: topk_ids must be contiguous, got i32 [2, 2] strides [1, 2]"));
 }
 
 }  // namespace
