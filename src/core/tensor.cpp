@@ -112,10 +112,12 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> siz
     if (i == v.rank) break;
     v.sizes[i++] = s;
   }
+  // Saturating: sizes whose product passes int64 give strides that check_view rejects,
+  // not a signed overflow here.
   int64_t stride = 1;
   for (int d = v.rank - 1; d >= 0; --d) {
     v.strides[d] = stride;
-    stride *= v.sizes[d];
+    if (__builtin_mul_overflow(stride, v.sizes[d], &stride)) stride = INT64_MAX;
   }
   return v;
 }
