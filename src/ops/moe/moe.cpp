@@ -79,19 +79,8 @@ Status gating(const char* op, const MoeGatingParams& p) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.topk_weights, "topk_weights", T, k, false));
   if (p.topk_weights.dtype != DType::kF32)
     return Error(StatusCode::kInvalidArgument, op, ": topk_weights.dtype=", dtype_name(p.topk_weights.dtype), " but must be f32");
-  if (p.score != MoeScore::kSoftmax && p.score != MoeScore::kSigmoid && p.score != MoeScore::kSqrtSoftplus)
-    return Error(StatusCode::kInvalidArgument, op, ": score=", int(p.score), " is not a MoeScore (0 softmax, 1 sigmoid, 2 sqrt-softplus)");
-  if (p.group_score != MoeGroupScore::kMax && p.group_score != MoeGroupScore::kTop2Sum)
-    return Error(StatusCode::kInvalidArgument, op, ": group_score=", int(p.group_score), " is not a MoeGroupScore (0 max, 1 top-2 sum)");
-  if (!std::isfinite(p.routed_scaling_factor))
-    return Error(StatusCode::kInvalidArgument, op, ": routed_scaling_factor=", p.routed_scaling_factor, " must be finite");
-  if (p.n_group < 1 || E % p.n_group || p.topk_group < 1 || p.topk_group > p.n_group)
-    return Error(StatusCode::kInvalidArgument, op, ": n_group=", p.n_group, " must divide E=", E, " and topk_group=", p.topk_group,
-                 " be in [1, n_group]");
-  const int64_t eligible_max = E / p.n_group * p.topk_group;
-  if (k < 1 || k > kMaxTopK || k > eligible_max)
-    return Error(StatusCode::kInvalidArgument, op, ": top-k=", k, " must be in [1, min(", kMaxTopK, ", experts in the kept groups = ",
-                 eligible_max, ")]");
+  OPTX_RETURN_IF_ERROR(
+      moe_detail::check_router(op, E, p.score, p.group_score, p.routed_scaling_factor, p.n_group, p.topk_group, k, "top-k"));
   if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32));
   if (p.topk_then_softmax && (p.score != MoeScore::kSoftmax || p.n_group > 1 || !p.bias.empty()))
     return Error(StatusCode::kInvalidArgument, op, ": topk_then_softmax takes softmax scoring without groups or bias");

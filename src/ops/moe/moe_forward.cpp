@@ -132,19 +132,8 @@ Status validate(const MoeForwardParams& p, bool need_data) {
                    sdn.k, "]; must be [2 I_s, H=", H, "] and [H, I_s] with I_s >= 1");
   }
   if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32, need_data));
-  if (p.score != MoeScore::kSoftmax && p.score != MoeScore::kSigmoid && p.score != MoeScore::kSqrtSoftplus)
-    return Error(StatusCode::kInvalidArgument, op, ": score=", int(p.score), " is not a MoeScore (0 softmax, 1 sigmoid, 2 sqrt-softplus)");
-  if (p.group_score != MoeGroupScore::kMax && p.group_score != MoeGroupScore::kTop2Sum)
-    return Error(StatusCode::kInvalidArgument, op, ": group_score=", int(p.group_score), " is not a MoeGroupScore (0 max, 1 top-2 sum)");
-  if (!std::isfinite(p.routed_scaling_factor))
-    return Error(StatusCode::kInvalidArgument, op, ": routed_scaling_factor=", p.routed_scaling_factor, " must be finite");
-  if (p.n_group < 1 || E % p.n_group || p.topk_group < 1 || p.topk_group > p.n_group)
-    return Error(StatusCode::kInvalidArgument, op, ": n_group=", p.n_group, " must divide E=", E, " and topk_group=", p.topk_group,
-                 " be in [1, n_group]");
-  const int64_t eligible_max = E / p.n_group * p.topk_group;
-  if (p.top_k < 1 || p.top_k > moe_detail::kMaxTopK || p.top_k > eligible_max)
-    return Error(StatusCode::kInvalidArgument, op, ": top_k=", p.top_k, " must be in [1, min(", moe_detail::kMaxTopK,
-                 ", experts in the kept groups = ", eligible_max, ")]");
+  OPTX_RETURN_IF_ERROR(moe_detail::check_router(op, E, p.score, p.group_score, p.routed_scaling_factor, p.n_group, p.topk_group,
+                                                 p.top_k, "top_k"));
   // x's bound keeps T * H in range, but the routed rows are top_k times as many, and I,
   // I_s and E are the weights' own: each buffer must pass check_view in the inner ops.
   const size_t es = dtype_size(p.x.dtype);

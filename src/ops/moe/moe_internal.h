@@ -2,6 +2,7 @@
 // weight sets in one schedule (moe_forward runs its routed and shared experts together).
 #pragma once
 
+#include <cmath>
 #include <span>
 #include <string>
 
@@ -66,6 +67,26 @@ inline Status check_2d(const char* op, const TensorView& t, const char* name, in
 }
 
 // A contiguous [n] view of dtype dt (n = -1: any length).
+// The router's options over E experts, with k picks (k_name: the argument that gives k):
+// the gating ops and moe_forward check the same rules.
+inline Status check_router(const char* op, int64_t E, MoeScore score, MoeGroupScore group_score, float scaling, int64_t n_group,
+                           int64_t topk_group, int64_t k, const char* k_name) {
+  if (score != MoeScore::kSoftmax && score != MoeScore::kSigmoid && score != MoeScore::kSqrtSoftplus)
+    return Error(StatusCode::kInvalidArgument, op, ": score=", int(score), " is not a MoeScore (0 softmax, 1 sigmoid, 2 sqrt-softplus)");
+  if (group_score != MoeGroupScore::kMax && group_score != MoeGroupScore::kTop2Sum)
+    return Error(StatusCode::kInvalidArgument, op, ": group_score=", int(group_score), " is not a MoeGroupScore (0 max, 1 top-2 sum)");
+  if (!std::isfinite(scaling))
+    return Error(StatusCode::kInvalidArgument, op, ": routed_scaling_factor=", scaling, " must be finite");
+  if (n_group < 1 || E % n_group || topk_group < 1 || topk_group > n_group)
+    return Error(StatusCode::kInvalidArgument, op, ": n_group=", n_group, " must divide E=", E, " and topk_group=", topk_group,
+                 " be in [1, n_group]");
+  const int64_t eligible_max = E / n_group * topk_group;
+  if (k < 1 || k > kMaxTopK || k > eligible_max)
+    return Error(StatusCode::kInvalidArgument, op, ": ", k_name, "=", k, " must be in [1, min(", kMaxTopK,
+                 ", experts in the kept groups = ", eligible_max, ")]");
+  return Status::Ok();
+}
+
 inline Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt, bool need_data = true) {
   OPTX_RETURN_IF_ERROR(check_view_of(op, name, t, need_data));
   if (t.rank != 1 || (n >= 0 && t.sizes[0] != n) || t.dtype != dt || !t.is_contiguous())
