@@ -101,7 +101,7 @@ Status validate(const MoeForwardParams& p, bool need_data) {
       return Error(StatusCode::kInvalidArgument, op, ": packed_router has K=", p.packed_router->k, " but x has H=", H);
     if (need_data && !p.packed_router->data) return Error(StatusCode::kInvalidArgument, op, ": packed_router->data is null");
   } else {
-    OPTX_RETURN_IF_ERROR(moe_detail::check_view_of(op, "router", p.router, need_data));
+    OPTX_RETURN_IF_ERROR(check_view(op, "router", p.router, need_data));
     if (p.router.rank != 2 || p.router.dtype != DType::kF32 || p.router.sizes[1] != H)
       return Error(StatusCode::kInvalidArgument, op, ": router must be f32 [E, H=", H, "], got rank ", p.router.rank, " ",
                    describe(p.router));

@@ -43,20 +43,10 @@ inline std::string describe(const TensorView& t) {
   return s + "]";
 }
 
-// Core's check_view, run on every view before its sizes are used. need_data = false for
-// the *_workspace_size functions, which size buffers before the activations exist: then
-// everything but the pointer is checked.
-inline Status check_view_of(const char* op, const char* name, const TensorView& t, bool need_data) {
-  if (need_data || t.data || t.rank == 0) return check_view(op, name, t);
-  TensorView shape = t;
-  shape.data = &shape;  // any non-null address
-  return check_view(op, name, shape);
-}
-
 // A contiguous [rows, cols] view (-1: any size), f32 | bf16 when float_types.
 inline Status check_2d(const char* op, const TensorView& t, const char* name, int64_t rows, int64_t cols, bool float_types,
                        bool need_data = true) {
-  OPTX_RETURN_IF_ERROR(check_view_of(op, name, t, need_data));
+  OPTX_RETURN_IF_ERROR(check_view(op, name, t, need_data));
   if (t.rank != 2 || (rows >= 0 && t.sizes[0] != rows) || (cols >= 0 && t.sizes[1] != cols))
     return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be [", rows >= 0 ? std::to_string(rows) : "*", ", ",
                  cols >= 0 ? std::to_string(cols) : "*", "], got rank ", t.rank, " ", describe(t));
@@ -66,7 +56,6 @@ inline Status check_2d(const char* op, const TensorView& t, const char* name, in
   return Status::Ok();
 }
 
-// A contiguous [n] view of dtype dt (n = -1: any length).
 // The router's options over E experts, with k picks (k_name: the argument that gives k):
 // the gating ops and moe_forward check the same rules.
 inline Status check_router(const char* op, int64_t E, MoeScore score, MoeGroupScore group_score, float scaling, int64_t n_group,
@@ -87,8 +76,9 @@ inline Status check_router(const char* op, int64_t E, MoeScore score, MoeGroupSc
   return Status::Ok();
 }
 
+// A contiguous [n] view of dtype dt (n = -1: any length).
 inline Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt, bool need_data = true) {
-  OPTX_RETURN_IF_ERROR(check_view_of(op, name, t, need_data));
+  OPTX_RETURN_IF_ERROR(check_view(op, name, t, need_data));
   if (t.rank != 1 || (n >= 0 && t.sizes[0] != n) || t.dtype != dt || !t.is_contiguous())
     return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous ", dtype_name(dt), " [",
                  n >= 0 ? std::to_string(n) : "*", "], got rank ", t.rank, " ", describe(t));
