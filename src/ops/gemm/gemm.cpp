@@ -205,36 +205,28 @@ struct ThreadRange {
   std::atomic<int64_t>* chunks = nullptr;
 };
 
-// The row chunks a thread computes.
-class RowChunks {
+// Work items [begin, end) a thread takes: its own range in order, or, with a cursor
+// shared by the threads, whatever nobody has claimed yet (row chunks, panel groups).
+class Claims {
  public:
-  explicit RowChunks(const ThreadRange& r) : next_(r.ic0), end_(r.ic1), cursor_(r.chunks) {}
-  // The next chunk, or -1 when none is left.
-  int64_t next() {
-    const int64_t ic = cursor_ ? cursor_->fetch_add(1, std::memory_order_relaxed) : next_++;
-    return ic < end_ ? ic : -1;
-  }
-  // Whether another chunk may follow (a prefetch hint: claimed chunks can go to the other thread).
-  bool more(int64_t ic) const { return cursor_ ? cursor_->load(std::memory_order_relaxed) < end_ : ic + 1 < end_; }
-
- private:
-  int64_t next_, end_;
-  std::atomic<int64_t>* cursor_;
-};
-
-// The output panels a thread computes, in groups of up to n.
-class PanelGroups {
- public:
-  explicit PanelGroups(const ThreadRange& r) : next_(r.p0), end_(r.p1), cursor_(r.panels) {}
-  // [j0, j1): the next group (the last may be short); j0 == j1 when none are left.
+  Claims(int64_t begin, int64_t end, std::atomic<int64_t>* cursor) : next_(begin), end_(end), cursor_(cursor) {}
+  // [i0, i1): the next group of up to n (the last may be short); i0 == i1 when none are left.
   std::pair<int64_t, int64_t> next(int64_t n) {
-    const int64_t j = cursor_ ? std::min(cursor_->fetch_add(n, std::memory_order_relaxed), end_) : next_;
-    next_ = std::min(j + n, end_);
-    return {j, next_};
+    const int64_t i = cursor_ ? std::min(cursor_->fetch_add(n, std::memory_order_relaxed), end_) : next_;
+    next_ = std::min(i + n, end_);
+    return {i, next_};
   }
-  // The panel this thread computes after j, if it is known (-1 otherwise): the generic
-  // kernel pulls its first block into L2 while finishing j.
-  int64_t after(int64_t j) const { return !cursor_ && j + 1 < end_ ? j + 1 : -1; }
+  // The next single item, or -1 when none is left.
+  int64_t next_one() {
+    const auto [i0, i1] = next(1);
+    return i0 < i1 ? i0 : -1;
+  }
+  // Whether this thread may take another item after i (a prefetch hint: claimed items
+  // can go to another thread).
+  bool more(int64_t i) const { return cursor_ ? cursor_->load(std::memory_order_relaxed) < end_ : i + 1 < end_; }
+  // The item this thread takes after i where that is known (its own range), else -1: the
+  // generic kernel pulls the next panel's first block into L2 while finishing i.
+  int64_t after(int64_t i) const { return !cursor_ && i + 1 < end_ ? i + 1 : -1; }
 
  private:
   int64_t next_, end_;
@@ -333,8 +325,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
   };
 
-  RowChunks chunks(r);
-  for (int64_t ic = chunks.next(); ic >= 0; ic = chunks.next()) {
+  Claims chunks(r.ic0, r.ic1, r.chunks);
+  for (int64_t ic = chunks.next_one(); ic >= 0; ic = chunks.next_one()) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     float* af = static_cast<float*>(apack);
@@ -447,7 +439,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     };
     // Whole groups go to the decode kernels; a short last group panel by panel.
     const int64_t group = use_gemv4 ? (pl.swiglu ? 2 : 4) : gemv2 ? (pl.swiglu ? 1 : 2) : 1;
-    PanelGroups groups(r);
+    Claims groups(r.p0, r.p1, r.panels);
     for (;;) {
       const auto [j0, j1] = groups.next(group);
       if (j0 == j1) break;
@@ -472,8 +464,8 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   uint16_t* apack = reinterpret_cast<uint16_t*>(ws + pl.apack_off);
   const int64_t K = pl.K, k32 = pl.k32, lda = p.a.strides[0], ldp = pl.lda_amx;
   const uint16_t* a = static_cast<const uint16_t*>(p.a.data);
-  RowChunks chunks(r);
-  for (int64_t ic = chunks.next(); ic >= 0; ic = chunks.next()) {
+  Claims chunks(r.ic0, r.ic1, r.chunks);
+  for (int64_t ic = chunks.next_one(); ic >= 0; ic = chunks.next_one()) {
     const int64_t row0 = ic * pl.mc;
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     const int mpad = (mrows + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
