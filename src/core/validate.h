@@ -27,4 +27,13 @@ Status check_view(const char* op, const char* name, const TensorView& t, bool ne
 // stride, each stride exceeds the span of the dims inside it.
 Status check_disjoint(const char* op, const char* name, const TensorView& t);
 
+// A paged cache's tables: block_tables i32 [B, max_blocks] with contiguous, non-overlapping
+// rows (B < 0: taken from block_tables), seq_lens contiguous i32 [B], block_size >= 1;
+// every length in [min_len, max_blocks * block_size] (min_name: what the lower bound is,
+// for the error) and every block id a sequence uses in [0, num_slots / block_size).
+// Checked before any kernel reads a table, so no id can address outside the cache.
+// total: the sum of the lengths, if not null.
+Status check_block_tables(const char* op, const TensorView& tables, const TensorView& lens, int64_t B, int64_t block_size,
+                          int64_t num_slots, int64_t min_len, const char* min_name, int64_t* total = nullptr);
+
 }  // namespace optx

@@ -448,32 +448,7 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
       return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [B=", B, ", Nq=", Nq, ", Sq=", Sq, "], got ",
                    dtype_name(lse.dtype), " [", lse.sizes[0], ", ", lse.sizes[1], ", ", lse.sizes[2], "]");
   }
-  OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", tables));
-  OPTX_RETURN_IF_ERROR(check_view(op, "seq_lens", lens));
-  if (tables.rank != 2 || tables.dtype != DType::kI32 || tables.sizes[0] != B || (tables.sizes[1] > 1 && tables.strides[1] != 1) ||
-      (B > 1 && tables.strides[0] < tables.sizes[1]) || (B > 0 && !tables.data))
-    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B=", B, ", max_blocks] with contiguous rows, got ",
-                 dtype_name(tables.dtype), " rank ", tables.rank, " sizes [", tables.sizes[0], ", ", tables.sizes[1], "] strides [",
-                 tables.strides[0], ", ", tables.strides[1], "]");
-  if (lens.rank != 1 || lens.dtype != DType::kI32 || lens.sizes[0] != B || (B > 1 && lens.strides[0] != 1) || (B > 0 && !lens.data))
-    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "], got ", dtype_name(lens.dtype),
-                 " rank ", lens.rank, " sizes[0]=", lens.sizes[0], " strides[0]=", lens.strides[0]);
-  if (block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", block_size, " must be >= 1");
-  const int64_t num_blocks = num_slots / block_size, max_blocks = tables.sizes[1];
-  const int32_t* t = static_cast<const int32_t*>(tables.data);
-  const int32_t* l = static_cast<const int32_t*>(lens.data);
-  for (int64_t b = 0; b < B; ++b) {
-    // In blocks: max_blocks * block_size may pass int64 for a huge block_size.
-    if (l[b] < Sq || l[b] / block_size + (l[b] % block_size != 0) > max_blocks)
-      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", l[b], " must be >= Sq=", Sq, " and fit max_blocks=",
-                   max_blocks, " blocks of block_size=", block_size);
-    for (int64_t j = 0; j * block_size < l[b]; ++j) {
-      const int32_t id = t[b * tables.strides[0] + j];
-      if (id < 0 || id >= num_blocks)
-        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
-    }
-  }
-  return Status::Ok();
+  return check_block_tables(op, tables, lens, B, block_size, num_slots, Sq, "Sq");
 }
 
 // Splits the KV axis when there are fewer jobs than threads, so every core streams, but

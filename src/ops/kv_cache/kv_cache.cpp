@@ -194,17 +194,6 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
   constexpr const char* op = "gather_pa_kv_cache";
   const TensorView& bt = p.block_tables;
   const TensorView& sl = p.seq_lens;
-  OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", bt));
-  OPTX_RETURN_IF_ERROR(check_view(op, "seq_lens", sl));
-  if (bt.rank != 2 || bt.dtype != DType::kI32 || (bt.sizes[1] > 1 && bt.strides[1] != 1) || bt.strides[0] < bt.sizes[1])
-    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [B, max_blocks] with contiguous rows, got ",
-                 dtype_name(bt.dtype), " rank ", bt.rank, " sizes [", bt.sizes[0], ", ", bt.sizes[1], "] strides [", bt.strides[0],
-                 ", ", bt.strides[1], "]");
-  const int64_t B = bt.sizes[0];
-  if (sl.rank != 1 || sl.sizes[0] != B || sl.dtype != DType::kI32 || (B > 1 && sl.strides[0] != 1))
-    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "], got ", dtype_name(sl.dtype),
-                 " rank ", sl.rank, " sizes[0]=", sl.sizes[0], " strides[0]=", sl.strides[0]);
-  if (p.block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", p.block_size, " must be >= 1");
   if (p.k_cache.empty() && p.v_cache.empty()) return Error(StatusCode::kInvalidArgument, op, ": k_cache and v_cache are both empty");
   const TensorView& first = p.k_cache.empty() ? p.v_cache : p.k_cache;
   const char* first_name = p.k_cache.empty() ? "v_cache" : "k_cache";
@@ -213,24 +202,13 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
   if (first.dtype != DType::kF32 && first.dtype != DType::kBF16 && first.dtype != DType::kI8)
     return Error(StatusCode::kInvalidArgument, op, ": ", first_name, ".dtype=", dtype_name(first.dtype), " but must be f32, bf16 or i8");
   const int64_t num_slots = first.sizes[0], row = first.sizes[1];
+  int64_t total = 0;
+  OPTX_RETURN_IF_ERROR(check_block_tables(op, bt, sl, -1, p.block_size, num_slots, 0, "", &total));
   if (num_slots % p.block_size)
     return Error(StatusCode::kInvalidArgument, op, ": cache has ", num_slots, " slots, not a multiple of block_size=", p.block_size);
-  const int64_t num_blocks = num_slots / p.block_size, max_blocks = bt.sizes[1];
+  const int64_t B = bt.sizes[0];
   const int32_t* lens = static_cast<const int32_t*>(sl.data);
   const int32_t* tables = static_cast<const int32_t*>(bt.data);
-  int64_t total = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    // Blocks, not tokens: max_blocks * block_size may pass int64 for a huge block_size.
-    if (lens[b] < 0 || lens[b] / p.block_size + (lens[b] % p.block_size != 0) > max_blocks)
-      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", lens[b], " needs more than max_blocks=", max_blocks,
-                   " blocks of block_size=", p.block_size);
-    for (int64_t j = 0; j * p.block_size < lens[b]; ++j) {
-      const int32_t id = tables[b * bt.strides[0] + j];
-      if (id < 0 || id >= num_blocks)
-        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
-    }
-    total += lens[b];
-  }
   a->B = B;
   a->row = row;
   a->block_size = p.block_size;

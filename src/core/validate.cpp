@@ -1,0 +1,98 @@
+// View checks shared by every op (see validate.h).
+#include "core/validate.h"
+
+#include <string>
+#include <utility>
+
+namespace optx {
+
+Status check_view(const char* op, const char* name, const TensorView& t, bool need_data) {
+  if (t.rank < 0 || t.rank > kMaxRank)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " is outside [0, ", kMaxRank, "]");
+  if (t.empty()) return Status::Ok();  // not given: whether it may be is the op's call
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes[", d, "]=", t.sizes[d], " is negative");
+  for (int d = 0; d < t.rank; ++d)
+    if (t.strides[d] < 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
+                   " is negative (negative strides are not supported)");
+  const int64_t n = t.numel();
+  if (n == 0) return Status::Ok();
+  // Elements and the bytes from the first to the last element: both must stay far from
+  // int64's end so that no size, offset or product an op computes from them overflows.
+  int64_t last = 0;
+  bool wrap = n > kMaxViewElements;
+  for (int d = 0; d < t.rank && !wrap; ++d) {
+    int64_t off = 0;
+    wrap = __builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &off) || __builtin_add_overflow(last, off, &last);
+  }
+  int64_t bytes = 0;
+  if (!wrap) wrap = __builtin_mul_overflow(last + 1, int64_t(dtype_size(t.dtype)), &bytes) || bytes > kMaxViewBytes;
+  if (wrap) {
+    std::string shape;
+    for (int d = 0; d < t.rank; ++d) shape += (d ? ", " : "") + std::to_string(t.sizes[d]);
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " [", shape, "] spans more than 2^", kMaxViewLog2,
+                 " elements or bytes");
+  }
+  if (need_data && !t.data) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".data is null");
+  return Status::Ok();
+}
+
+Status check_disjoint(const char* op, const char* name, const TensorView& t) {
+  int dims[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] > 1) dims[n++] = d;
+  for (int i = 1; i < n; ++i)  // insertion sort by stride (at most kMaxRank dims)
+    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) std::swap(dims[j], dims[j - 1]);
+  int64_t span = 0;  // elements from the first to the last along the dims so far
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (t.strides[d] == 0)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=0 repeats its elements along dim ", d,
+                   " (size ", t.sizes[d], ")");
+    if (t.strides[d] <= span)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
+                   " makes elements overlap (it must exceed ", span, ", the span of the dims with smaller strides)");
+    span += (t.sizes[d] - 1) * t.strides[d];  // no overflow after check_view
+  }
+  return Status::Ok();
+}
+
+Status check_block_tables(const char* op, const TensorView& tables, const TensorView& lens, int64_t B, int64_t block_size,
+                          int64_t num_slots, int64_t min_len, const char* min_name, int64_t* total) {
+  OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", tables));
+  OPTX_RETURN_IF_ERROR(check_view(op, "seq_lens", lens));
+  const std::string b_str = B < 0 ? std::string("B") : "B=" + std::to_string(B);
+  if (B < 0) B = tables.sizes[0];
+  if (tables.rank != 2 || tables.dtype != DType::kI32 || tables.sizes[0] != B || (tables.sizes[1] > 1 && tables.strides[1] != 1) ||
+      (B > 1 && tables.strides[0] < tables.sizes[1]))
+    return Error(StatusCode::kInvalidArgument, op, ": block_tables must be i32 [", b_str, ", max_blocks] with contiguous rows, got ",
+                 dtype_name(tables.dtype), " rank ", tables.rank, " sizes [", tables.sizes[0], ", ", tables.sizes[1], "] strides [",
+                 tables.strides[0], ", ", tables.strides[1], "]");
+  if (lens.rank != 1 || lens.dtype != DType::kI32 || lens.sizes[0] != B || (B > 1 && lens.strides[0] != 1))
+    return Error(StatusCode::kInvalidArgument, op, ": seq_lens must be contiguous i32 [B=", B, "], got ", dtype_name(lens.dtype),
+                 " rank ", lens.rank, " sizes[0]=", lens.sizes[0], " strides[0]=", lens.strides[0]);
+  if (block_size < 1) return Error(StatusCode::kInvalidArgument, op, ": block_size=", block_size, " must be >= 1");
+  const int64_t num_blocks = num_slots / block_size, max_blocks = tables.sizes[1];
+  const int32_t* t = static_cast<const int32_t*>(tables.data);
+  const int32_t* l = static_cast<const int32_t*>(lens.data);
+  int64_t sum = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    // In blocks: max_blocks * block_size may pass int64 for a huge block_size.
+    if (l[b] < min_len || l[b] / block_size + (l[b] % block_size != 0) > max_blocks)
+      return Error(StatusCode::kInvalidArgument, op, ": seq_lens[", b, "]=", l[b], " must be >= ", min_name, *min_name ? "=" : "",
+                   min_len, " and fit max_blocks=", max_blocks, " blocks of block_size=", block_size);
+    for (int64_t j = 0; j * block_size < l[b]; ++j) {
+      const int32_t id = t[b * tables.strides[0] + j];
+      if (id < 0 || id >= num_blocks)
+        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
+    }
+    sum += l[b];
+  }
+  if (total) *total = sum;
+  return Status::Ok();
+}
+
+}  // namespace optx
