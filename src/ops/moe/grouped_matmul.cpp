@@ -280,14 +280,6 @@ Status check_swiglu(const char* op, const GroupedMatmulSwigluParams& p, bool nee
   return Status::Ok();
 }
 
-// The workspace the caller sized with fn_name (checked here, before the split schedule
-// hands it to gemm, whose own error would name gemm).
-Status check_workspace(const char* op, const char* fn_name, Workspace ws, size_t need) {
-  if (ws.bytes < need) return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", fn_name, "()=", need);
-  if (!ws.data) return Error(StatusCode::kInvalidArgument, op, ": workspace.data is null (workspace.bytes=", ws.bytes, ")");
-  return Status::Ok();
-}
-
 }  // namespace
 
 size_t grouped_matmul_workspace_size(std::span<const GroupedMatmulParams> parts) {

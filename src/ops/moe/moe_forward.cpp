@@ -150,9 +150,7 @@ size_t moe_forward_workspace_size(const MoeForwardParams& p) { return validate(p
 Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p, /*need_data=*/true));
   const Layout l = layout_of(p);
-  if (ws.bytes < l.total)
-    return Error(StatusCode::kWorkspaceTooSmall, "moe_forward: workspace.bytes=", ws.bytes, " but moe_forward_workspace_size()=", l.total);
-  if (!ws.data) return Error(StatusCode::kInvalidArgument, "moe_forward: workspace.data is null (workspace.bytes=", ws.bytes, ")");
+  OPTX_RETURN_IF_ERROR(moe_detail::check_workspace("moe_forward", "moe_forward_workspace_size", ws, l.total));
   if (l.T == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   auto at = [&](size_t off) { return static_cast<void*>(base + off); };
