@@ -135,11 +135,33 @@ OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m51
   n1 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
 }
 
+// The lines of a list of rows (each `bytes` long) in address order, handed out a few at a
+// time as L2 prefetches. Rows of one paged block are adjacent, so the pointer just runs on.
+constexpr int64_t kPfEvery = 8;  // keys of P . V per RowLines step (every key: hot -20%)
+struct RowLines {
+  const void* const* rows = nullptr;
+  int64_t n = 0, bytes = 0, key = 0;
+  const char* p = nullptr;
+  const char* end = nullptr;
+  void start(const void* const* r, int64_t count, int64_t row_bytes) {
+    rows = r, n = row_bytes > 0 ? count : 0, bytes = row_bytes, key = 0;
+    if (n > 0) p = static_cast<const char*>(rows[0]), end = p + bytes;
+  }
+  // Up to `lines` prefetches; returns how many of them were left unused.
+  OPTX_ALWAYS_INLINE int64_t prefetch(int64_t lines) {
+    for (; lines > 0 && key < n; --lines) {
+      _mm_prefetch(p, _MM_HINT_T2);
+      if ((p += 64) >= end && ++key < n) p = static_cast<const char*>(rows[key]), end = p + bytes;
+    }
+    return lines;
+  }
+};
+
 // Few rows (GQA decode: one group's 1-8 heads at 1-2 positions, for each of the job's
 // KV heads). Each cache row is read once for all rows; keys go 16 at a time through
 // every KV head, so the job reads whole rows in address order, and the next 16 keys' K
-// rows are prefetched a KV head's share at a time; V is prefetched by P . V itself (see
-// pv_prefetch).
+// rows are prefetched a KV head's share at a time; V is prefetched into L2 a block ahead
+// (next_v) and into L1 by P . V itself (pv_prefetch).
 //   scores   AMX unit, when the 16 K rows sit at one stride (a paged block of >= 16
 //            slots): S^T[16 keys][R] = K . Q^T, the A tile loaded straight from the
 //            cache rows, the B tiles Q^T in pairs built once per job; 4 TDPBF16PS per
@@ -197,6 +219,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   const int64_t es = q8 ? 1 : 2;
   const int64_t k_lines = ((G - 1) * j.k_goff * es + D * es + 63) / 64;
   const int64_t k_share = (k_lines + G - 1) / G;
+  const int64_t v_row_bytes = ((G - 1) * j.v_goff + Dv) * es;
   const __m512 scale = _mm512_set1_ps(c.scale);
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
@@ -253,6 +276,19 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     const int64_t n = std::min(kBlock, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(kBlock, hi - kb - kBlock));
     if (n_next) fetch(kb + kBlock, n_next, int(kBlock));
+    // The next block's V rows (and K rows of an int8 cache) go into L2 in address order,
+    // a few lines every kPfEvery keys of this block's P . V. P . V walks a column piece
+    // of every V row per pass (rows 1-2 KiB apart), which the L2 streamer does not
+    // follow, so its own T0 prefetches 16 keys ahead each waited on DRAM in one of the
+    // core's L1 fill buffers; from L2 they are short. DRAM, B = 1 / 8, ctx 8k / 32k,
+    // alternating in one process: bf16 +13-15% keys/s, int8 +44-46% (+55-62% with its K
+    // rows too; bf16 K rows on top gained nothing cold and cost 17% with the cache in L2,
+    // where V alone costs 3-6%).
+    RowLines next_k, next_v;
+    next_k.start(kp + kBlock, n_next, q8 ? 64 * k_lines : 0);
+    next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
+    const int64_t pf_steps = int64_t(G) * ((Dv + kCh - 1) / kCh) * ((n + kPfEvery - 1) / kPfEvery);
+    const int64_t pf_step = (n_next * (next_k.bytes + next_v.bytes) / 64 + pf_steps - 1) / pf_steps;
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int nc = int(std::min<int64_t>(16, n - c0));
       const int npf = int(std::min<int64_t>(16, n + n_next - c0 - 16));  // next chunk's keys
@@ -389,10 +425,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #endif
     }
     // P . V reads a kCh-column piece of each key's V row per pass (KV head g, columns d0
-    // on) and prefetches the piece kPvAhead keys on, running into the next pass. The V
-    // lines used to be prefetched with the scores, a block (64 keys x 2 KiB at 8 KV
-    // heads) before use: DRAM, B = 1 / 8, ctx 8k / 32k, alternating in one process,
-    // 1.19-1.27x the keys/s with this and the two-head scores (the scores alone: ~5%).
+    // on) and prefetches the piece kPvAhead keys on into L1, running into the next pass
+    // (the rows came into L2 during the previous block: next_v). The V lines used to be
+    // prefetched with the scores, a block (64 keys x 2 KiB at 8 KV heads) before use:
+    // DRAM, B = 1 / 8, ctx 8k / 32k, alternating in one process, 1.19-1.27x the keys/s
+    // with this and the two-head scores (the scores alone: ~5%).
     constexpr int64_t kPvAhead = 16;
     const bool v_apart = n > 0 && vp[0] != kp[0];  // else V came with the K rows
     const int64_t passes = (Dv + kCh - 1) / kCh;
@@ -413,6 +450,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       if (jj + kPvAhead < n) prefetch_piece(cur, jj + kPvAhead);
       else if (jj + kPvAhead - n < n) prefetch_piece(next, jj + kPvAhead - n);
     };
+    const auto prefetch_next = [&] { next_k.prefetch(next_v.prefetch(pf_step)); };
     if (v_apart && any) {
       const Piece first = piece(0);
       for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(first, jj);
@@ -430,6 +468,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           for (int v = 0; v < kV; ++v) acc[r][v] = v < nv ? _mm512_loadu_ps(og + r * Dv + d0 + 16 * v) : _mm512_setzero_ps();
         for (int64_t jj = 0; jj < n; ++jj) {
           if (v_apart) pv_prefetch(cur, next, jj);
+          if (jj % kPfEvery == 0) prefetch_next();
           const int8_t* vr = static_cast<const int8_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; ++v)
@@ -460,6 +499,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           }
         for (int64_t jj = 0; jj < n; ++jj) {
           if (v_apart) pv_prefetch(cur, next, jj);
+          if (jj % kPfEvery == 0) prefetch_next();
           const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; v += 2) {
@@ -481,6 +521,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           }
       }
     }
+    next_k.prefetch(next_v.prefetch(INT64_MAX));  // blocks with nothing visible ran no P . V
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
     std::copy(vp + kBlock, vp + kBlock + n_next, vp);
 #ifdef OPTX_ATTN_DECODE_AMX
