@@ -258,20 +258,24 @@ void* alloc_big(size_t bytes) {
 
 volatile float read_sink;
 
-// Sums 64-byte lines with four independent chains, prefetching 4 KiB ahead (as the GEMV
-// kernels do) so the figure is what a well-written streaming kernel can get.
+// Sums 64-byte lines of eight equal parts of the range at once: eight sequential streams
+// per core, which the hardware prefetchers follow side by side. One stream per core (even
+// with software prefetches 4 KiB ahead, as this loop had) reads ~75% of this rate here:
+// 2 threads over 512 MiB, alternating in one process, 1 stream 27.6-31.6 GB/s, 4 streams
+// 40.0, 8 streams 40.3-41.6 (software prefetches on top: 37.6-38.7).
 __attribute__((target("avx512f"))) float read_avx512(const char* p, size_t bytes) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 256 <= bytes; i += 256) {
-    _mm_prefetch(p + i + 4096, _MM_HINT_T0);
-    _mm_prefetch(p + i + 4096 + 128, _MM_HINT_T0);
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(reinterpret_cast<const float*>(p + i)));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(reinterpret_cast<const float*>(p + i + 64)));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(reinterpret_cast<const float*>(p + i + 128)));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(reinterpret_cast<const float*>(p + i + 192)));
-  }
+  constexpr int kStreams = 8;
+  const size_t part = bytes / kStreams / 128 * 128;
+  __m512 a[kStreams];
+  for (int s = 0; s < kStreams; ++s) a[s] = _mm512_setzero_ps();
+  for (size_t i = 0; i < part; i += 128)
+    for (int s = 0; s < kStreams; ++s) {
+      const float* q = reinterpret_cast<const float*>(p + size_t(s) * part + i);
+      a[s] = _mm512_add_ps(a[s], _mm512_add_ps(_mm512_load_ps(q), _mm512_load_ps(q + 16)));
+    }
+  for (int s = 1; s < kStreams; ++s) a[0] = _mm512_add_ps(a[0], a[s]);
   float o[16];
-  _mm512_storeu_ps(o, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  _mm512_storeu_ps(o, a[0]);
   return o[0];
 }
 float read_scalar(const char* p, size_t bytes) {

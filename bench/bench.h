@@ -20,7 +20,7 @@ struct Ceilings {
   double dot_bf16_gflops = 0;  // peak bf16 dot-product rate (vdpbf16ps, else f32 FMA)
   double amx_bf16_gflops = 0;  // peak AMX tdpbf16ps rate (0 without AMX)
   double copy_gbytes_per_s = 0;  // DRAM copy, bytes read + written, over dram_working_set()
-  double read_gbytes_per_s = 0;  // DRAM read-only stream over the same buffer
+  double read_gbytes_per_s = 0;  // DRAM read-only, eight streams per thread, same buffers
 };
 
 enum class Roof { kNone, kF32, kBF16, kMemory };
