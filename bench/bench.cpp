@@ -140,8 +140,12 @@ void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   // tiles, so the bf16 floor uses the fastest peak the machine has.
   const double bf16_peak = std::max({ceil.dot_bf16_gflops, ceil.fma_f32_gflops, ceil.amx_bf16_gflops});
   if (r.roof == Roof::kBF16 && bf16_peak > 0) floor_s = flops / (bf16_peak * 1e9);
-  if (ceil.copy_gbytes_per_s > 0 && bytes > 0)
-    floor_s = std::max(floor_s, bytes / (ceil.copy_gbytes_per_s * 1e9));
+  // The table names the bound that sets the floor: a bf16 case with few rows (MoE decode)
+  // is bound by its weight bytes, not by the dot peak.
+  if (ceil.copy_gbytes_per_s > 0 && bytes > 0 && bytes / (ceil.copy_gbytes_per_s * 1e9) > floor_s) {
+    floor_s = bytes / (ceil.copy_gbytes_per_s * 1e9);
+    r.roof = Roof::kMemory;
+  }
   r.share_of_floor = floor_s > 0 ? floor_s / s : 0;
   records->push_back(std::move(r));
 }
