@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
@@ -133,6 +134,17 @@ OPTX_ALWAYS_INLINE void to_even_odd(__m512 n0, __m512 n1, __m512& even, __m512& 
 OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m512& n1) {
   n0 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
   n1 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
+}
+
+// f(std::true_type) when a P . V pass covers all kCh columns, else f(std::false_type):
+// the full passes (all of them when Dv % kCh == 0) compile without per-vector column
+// tests. Alternating with the previous build in one process: int8 cache -8% time with
+// the cache in L2, -5% from DRAM; bf16 -2% in L2, even from DRAM. (The pass as a lambda
+// the compiler did not inline was 25% slower: hence always_inline on it.)
+template <class F>
+OPTX_ALWAYS_INLINE void full_or_not(bool full, F&& f) {
+  if (full) f(std::true_type{});
+  else f(std::false_type{});
 }
 
 // The lines of a list of rows (each `bytes` long) in address order, handed out a few at a
@@ -459,9 +471,9 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     for (int g = 0; q8 && any && g < G; ++g) {  // int8 V: natural column order
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
-      for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
+      for (int64_t d0 = 0; d0 < Dv; d0 += kCh) full_or_not(Dv - d0 >= kCh, [&](auto full) __attribute__((always_inline)) {
         constexpr int kV = kCh / 16;
-        const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);
+        const int nv = full ? kV : int(std::min<int64_t>(kCh, Dv - d0) / 16);
         const Piece cur = piece(g * passes + d0 / kCh), next = piece(g * passes + d0 / kCh + 1);
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
@@ -480,16 +492,16 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         }
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < nv; ++v) _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, acc[r][v]);
-      }
+      });
     }
 #endif
     const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
     for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
-      for (int64_t d0 = 0; d0 < Dv; d0 += kCh) {
+      for (int64_t d0 = 0; d0 < Dv; d0 += kCh) full_or_not(Dv - d0 >= kCh, [&](auto full) __attribute__((always_inline)) {
         constexpr int kV = kCh / 16;
-        const int nv = int(std::min<int64_t>(kCh, Dv - d0) / 16);  // Dv % 32 == 0: 2 or kV
+        const int nv = full ? kV : int(std::min<int64_t>(kCh, Dv - d0) / 16);  // Dv % 32 == 0: 2 or kV
         const Piece cur = piece(g * passes + d0 / kCh), next = piece(g * passes + d0 / kCh + 1);
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
@@ -519,7 +531,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, n0);
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v + 16, n1);
           }
-      }
+      });
     }
     next_k.prefetch(next_v.prefetch(INT64_MAX));  // blocks with nothing visible ran no P . V
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
