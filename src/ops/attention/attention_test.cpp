@@ -234,7 +234,10 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                {1, 2, 8, 2, 64, std::vector<int32_t>{90}},
                                                {2, 1, 6, 1, 192, std::vector<int32_t>{5, 260}},
                                                // 3 KV heads: scores of a head pair, then one alone
-                                               {1, 1, 12, 3, 64, std::vector<int32_t>{150}}}) {
+                                               {1, 1, 12, 3, 64, std::vector<int32_t>{150}},
+                                               // 4 rows per job, Dv = 96: a full 64-column P . V
+                                               // pass, then a partial one
+                                               {1, 1, 8, 2, 96, std::vector<int32_t>{600}}}) {
           if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
           DecodeCase c;
           c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
