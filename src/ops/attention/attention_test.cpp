@@ -244,6 +244,15 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
           const auto o = testutil::run_decode(*impl, c, uint64_t(D + B));
           EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
         }
+    // Dv != D, 4 rows per job: D = 128 (int8 caches score on tiles), Dv = 96, so P . V runs a
+    // full 64-column pass and a partial one on the int8 and the bf16 V rows.
+    for (const auto* impl : paged_registry().runnable())
+      for (bool i8 : {false, true}) {
+        DecodeCase c;
+        c.dtype = DType::kBF16, c.i8 = i8, c.B = 1, c.Sq = 1, c.Nq = 8, c.Nkv = 2, c.D = 128, c.Dv = 96, c.lens = {600};
+        const auto o = testutil::run_decode(*impl, c, 7);
+        EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+      }
   }
   set_num_threads(0);
 }
