@@ -96,6 +96,8 @@ TEST(Views, CheckViewRejectsWhatOpsCannotIndex) {
   TensorView r = make_view(x, DType::kF32, {1});
   r.rank = 7;
   EXPECT_EQ(msg(r), "op: t.rank=7 is outside [0, 6]");
+  EXPECT_EQ(msg(make_view(x, static_cast<DType>(42), {2})), "op: t.dtype=42 is not a DType");
+  EXPECT_STREQ(dtype_name(static_cast<DType>(42)), "DType(42)");  // what dtype checks before check_view print
   // Extents and counts past 2^48, including ones whose products wrap int64.
   EXPECT_NE(msg(make_view(x, DType::kF32, {int64_t(1) << 47, 2})).find("spans more than 2^48"), std::string::npos);
   EXPECT_FALSE(check_view("op", "t", make_view(x, DType::kBF16, {int64_t(1) << 32, int64_t(1) << 31}, {0, 0})).ok());

@@ -1,5 +1,8 @@
 #include "optx/tensor.h"
 
+#include <array>
+#include <cstdio>
+
 namespace optx {
 
 const char* dtype_name(DType t) {
@@ -11,7 +14,14 @@ const char* dtype_name(DType t) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
   }
-  return "?";
+  // A value outside the enum (cast from an integer) is named by its number, from a table
+  // built once, so that every name stays a static string.
+  static const auto names = [] {
+    std::array<std::array<char, 12>, 256> n{};
+    for (int i = 0; i < 256; ++i) std::snprintf(n[size_t(i)].data(), n[size_t(i)].size(), "DType(%d)", i);
+    return n;
+  }();
+  return names[static_cast<uint8_t>(t)].data();
 }
 
 size_t dtype_size(DType t) {

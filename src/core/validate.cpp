@@ -10,6 +10,10 @@ Status check_view(const char* op, const char* name, const TensorView& t, bool ne
   if (t.rank < 0 || t.rank > kMaxRank)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " is outside [0, ", kMaxRank, "]");
   if (t.empty()) return Status::Ok();  // not given: whether it may be is the op's call
+  // An enum value outside DType (a cast from an integer) has no element size: it would pass
+  // the extent check below as zero bytes and then reach every dtype switch of the op.
+  if (dtype_size(t.dtype) == 0)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, ".dtype=", static_cast<int>(t.dtype), " is not a DType");
   for (int d = 0; d < t.rank; ++d)
     if (t.sizes[d] < 0)
       return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes[", d, "]=", t.sizes[d], " is negative");
