@@ -17,8 +17,8 @@ const char* dtype_name(DType t) {
   // A value outside the enum (cast from an integer) is named by its number, from a table
   // built once, so that every name stays a static string.
   static const auto names = [] {
-    std::array<std::array<char, 12>, 256> n{};
-    for (int i = 0; i < 256; ++i) std::snprintf(n[size_t(i)].data(), n[size_t(i)].size(), "DType(%d)", i);
+    std::array<std::array<char, 16>, 256> n{};
+    for (unsigned i = 0; i < 256u; ++i) std::snprintf(n[i].data(), n[i].size(), "DType(%u)", i);
     return n;
   }();
   return names[static_cast<uint8_t>(t)].data();
