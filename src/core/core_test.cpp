@@ -2,13 +2,18 @@
 // thread settings, C API errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <utility>
+#include <vector>
 #include <cstring>
 #include <limits>
 
 #include "optx/optx.h"
 #include "optx/runtime.h"
 #include "optx/tensor.h"
+#include "core/parallel.h"
 #include "core/validate.h"
 
 namespace optx {
@@ -136,6 +141,34 @@ TEST(Threads, SetAndReset) {
   EXPECT_EQ(num_threads(), 3);
   set_num_threads(0);  // back to the default
   EXPECT_GE(num_threads(), 1);
+}
+
+// Every item once, in contiguous chunks of at least min_chunk (the last may be shorter),
+// on 1-3 threads and for n around the chunk sizes.
+TEST(Threads, ParallelChunksCoverEachItemOnce) {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (int64_t n : {0, 1, 31, 32, 33, 100, 256, 4097}) {
+      std::mutex mu;
+      std::vector<std::pair<int64_t, int64_t>> got;
+      parallel_chunks(n, 32, 4, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> lock(mu);
+        got.emplace_back(b, e);
+      });
+      std::sort(got.begin(), got.end());
+      int64_t at = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].first, at) << "threads=" << threads << " n=" << n;
+        EXPECT_GT(got[i].second, got[i].first);
+        if (i + 1 < got.size()) {
+          EXPECT_GE(got[i].second - got[i].first, 32);
+        }
+        at = got[i].second;
+      }
+      EXPECT_EQ(at, n) << "threads=" << threads;
+    }
+  }
+  set_num_threads(0);
 }
 
 TEST(CApi, ErrorsAreCodesWithMessages) {

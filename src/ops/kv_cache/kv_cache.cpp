@@ -63,11 +63,14 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
   return Status::Ok();
 }
 
-// Contiguous token ranges, one per thread: the MLA kernel pipelines consecutive rows.
+// Contiguous token ranges (the kernels pipeline consecutive rows) of at least 32 tokens,
+// about four per thread, claimed as the threads go. Against fixed halves, MLA T = 4096
+// bf16 2 threads, alternating in one process, nine runs: 0.96-0.99x the time when the two
+// cores ran at one speed, 0.63-0.92x when one lagged.
 template <class A, void (*Kernels::*Member)(const A&, int64_t, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
-  parallel_ranges(a.T, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
+  parallel_chunks(a.T, 32, 4, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
   return Status::Ok();
 }
 
