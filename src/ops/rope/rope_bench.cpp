@@ -22,8 +22,10 @@ void bench_rope(bench::Context& ctx) {
   bench::check(RopeTable::build({.rotary_dim = D, .max_positions = 8192}, &table));
   testing::Rng rng(9);
   const int64_t n = T * H * D;  // q and k stored as one [T, 40, 128] block per set
-  constexpr int kSets = 4;      // 4 x 40 MiB rotated: >= 128 MiB touched, x2 for read + write
-  std::vector<testing::AlignedVector<uint16_t>> x(kSets, testing::AlignedVector<uint16_t>(static_cast<size_t>(n)));
+  // Sets of 40 MiB rotated call by call, enough to span bench::dram_working_set() (twice
+  // the LLC), so every call streams its rows from DRAM.
+  const int kSets = int((bench::dram_working_set() + size_t(n) * 2 - 1) / (size_t(n) * 2));
+  std::vector<testing::AlignedVector<uint16_t>> x(size_t(kSets), testing::AlignedVector<uint16_t>(static_cast<size_t>(n)));
   for (auto& v : x) testing::fill_bf16(v.data(), n, rng);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t);
