@@ -1,10 +1,13 @@
-// The one online-softmax state used by every attention kernel and by attention_update.
+// The online-softmax state of one attention row: the vector kernels fold blocks with it,
+// and every kernel finishes its rows through it (sinks, 1 / l, lse). The AMX kernels keep
+// the same m and l as vectors over 16 rows (one lane per row) while they run, and
+// attention_update / the split-decode merge combine finished (o, lse) pairs by the same
+// rule written in lse form (weights exp(lse_i - max lse)).
 //
 // A row's running state over the keys seen so far: m = max score, l = sum exp(s - m), and
 // the output accumulator o = sum exp(s - m) v (kept by the caller). Folding a block with
-// maximum m_b rescales the old sums by exp(m - m_new); two states merge the same way, which
-// is what split-KV decode and attention_update do. A row that has seen no visible key has
-// m = -inf and l = 0 and must never compute exp(-inf - -inf).
+// maximum m_b rescales the old sums by exp(m - m_new). A row that has seen no visible key
+// has m = -inf and l = 0 and must never compute exp(-inf - -inf).
 #pragma once
 
 #include <cmath>
