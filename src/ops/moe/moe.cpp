@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/log.h"
 #include "dispatch/registry.h"
 #include "numerics/quant_i8.h"
 #include "ops/moe/moe_internal.h"
@@ -45,16 +46,6 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
   }
 }
 
-std::string generic_impl() { return "generic"; }
-// The routers' softmax / sigmoid scores run in an AVX-512 unit where the active ISA has it.
-std::string gating_impl() { return moe_detail::router_avx512() ? "avx512" : "generic"; }
-[[maybe_unused]] const bool registered = [] {
-  for (const char* op : {"moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing", "moe_forward"})
-    dispatch::register_op(op, generic_impl);
-  for (const char* op : {"moe_gating_topk", "moe_gating_topk_softmax"}) dispatch::register_op(op, gating_impl);
-  return true;
-}();
-
 }  // namespace
 
 // ---- gating --------------------------------------------------------------------------------
@@ -69,7 +60,7 @@ inline float clamp_finite(float x) {
   return lo < FLT_MAX ? lo : FLT_MAX;
 }
 
-Status gating(const char* op, const MoeGatingParams& p) {
+Status check_gating(const char* op, const MoeGatingParams& p) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.logits, "logits", -1, -1, true));
   const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1];
   if (E < 1 || E > kMaxExperts) return Error(StatusCode::kInvalidArgument, op, ": experts E=", E, " must be in [1, ", kMaxExperts, "]");
@@ -84,15 +75,22 @@ Status gating(const char* op, const MoeGatingParams& p) {
   if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32));
   if (p.topk_then_softmax && (p.score != MoeScore::kSoftmax || p.n_group > 1 || !p.bias.empty()))
     return Error(StatusCode::kInvalidArgument, op, ": topk_then_softmax takes softmax scoring without groups or bias");
+  return Status::Ok();
+}
+
+// The router over checked arguments; vec: scores, selection scores and top-k from the
+// AVX-512 unit (the same experts and, to f32 rounding, the same weights as the scalar loops).
+template <bool vec>
+Status gating_rows(const MoeGatingParams& p) {
+  const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1], k = p.topk_ids.sizes[1];
   const float* bias = p.bias.empty() ? nullptr : static_cast<const float*>(p.bias.data);
   int32_t* ids = static_cast<int32_t*>(p.topk_ids.data);
   float* wts = static_cast<float*>(p.topk_weights.data);
-  const bool vec = moe_detail::router_avx512();
 #pragma omp parallel for num_threads(num_threads()) schedule(static) if (T > 16)
   for (int64_t t = 0; t < T; ++t) {
     alignas(64) float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
     bool ok[kMaxExperts];
-    if (vec) {
+    if constexpr (vec) {
       moe_detail::load_logits_avx512(static_cast<const uint8_t*>(p.logits.data) + size_t(t * E) * dtype_size(p.logits.dtype),
                                      p.logits.dtype, E, logit);
     } else {
@@ -101,7 +99,7 @@ Status gating(const char* op, const MoeGatingParams& p) {
     int32_t* id = ids + t * k;
     float* w = wts + t * k;
     if (p.topk_then_softmax) {
-      if (vec) moe_detail::topk_avx512(logit, nullptr, E, k, id);
+      if constexpr (vec) moe_detail::topk_avx512(logit, nullptr, E, k, id);
       else topk(logit, nullptr, E, k, id);
       const float m = logit[id[0]];
       float s = 0;
@@ -126,7 +124,7 @@ Status gating(const char* op, const MoeGatingParams& p) {
         score[e] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));
       }
     }
-    if (vec) moe_detail::selection_scores_avx512(score, bias, E, sel);
+    if constexpr (vec) moe_detail::selection_scores_avx512(score, bias, E, sel);
     else
       for (int64_t e = 0; e < E; ++e) sel[e] = clamp_finite(bias ? score[e] + bias[e] : score[e]);
     for (int64_t e = 0; e < E; ++e) ok[e] = true;
@@ -147,7 +145,7 @@ Status gating(const char* op, const MoeGatingParams& p) {
       for (int64_t g = 0; g < p.topk_group; ++g)
         for (int64_t e = keep[g] * gs; e < (keep[g] + 1) * gs; ++e) ok[e] = true;
     }
-    if (vec) moe_detail::topk_avx512(sel, ok, E, k, id);
+    if constexpr (vec) moe_detail::topk_avx512(sel, ok, E, k, id);
     else topk(sel, ok, E, k, id);
     float s = 0;
     for (int64_t j = 0; j < k; ++j) s += (w[j] = score[id[j]]);
@@ -156,13 +154,48 @@ Status gating(const char* op, const MoeGatingParams& p) {
   }
   return Status::Ok();
 }
+
+using GatingFn = Status (*)(const MoeGatingParams&);
+dispatch::Registry<GatingFn> gating_registry(const char* op) {
+  return dispatch::Registry<GatingFn>(op, {
+                                              {"avx512", Isa::kAvx512, gating_rows<true>},
+                                              {"scalar", Isa::kScalar, gating_rows<false>},
+                                              {"reference", Isa::kScalar, moe_detail::gating_reference},
+                                          });
+}
+const dispatch::Registry<GatingFn>& topk_registry() {
+  static const auto r = gating_registry("moe_gating_topk");
+  return r;
+}
+const dispatch::Registry<GatingFn>& topk_softmax_registry() {
+  static const auto r = gating_registry("moe_gating_topk_softmax");
+  return r;
+}
+
+Status gating(const dispatch::Registry<GatingFn>& reg, const MoeGatingParams& p) {
+  OPTX_RETURN_IF_ERROR(check_gating(reg.op(), p));
+  const dispatch::Impl<GatingFn>* impl = nullptr;
+  OPTX_RETURN_IF_ERROR(reg.select(&impl));
+  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  return impl->fn(p);
+}
+
+// The other ops have one implementation each.
+std::string generic_impl() { return "generic"; }
+[[maybe_unused]] const bool registered = [] {
+  for (const char* op : {"moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing", "moe_forward"})
+    dispatch::register_op(op, generic_impl);
+  dispatch::register_op("moe_gating_topk", [] { return topk_registry().selected_name(); });
+  dispatch::register_op("moe_gating_topk_softmax", [] { return topk_softmax_registry().selected_name(); });
+  return true;
+}();
 }  // namespace
 
-Status moe_gating_topk(const MoeGatingParams& p, Workspace) { return gating("moe_gating_topk", p); }
+Status moe_gating_topk(const MoeGatingParams& p, Workspace) { return gating(topk_registry(), p); }
 
 Status moe_gating_topk_softmax(const MoeGatingSoftmaxParams& p, Workspace) {
-  return gating("moe_gating_topk_softmax", {.logits = p.logits, .topk_ids = p.topk_ids, .topk_weights = p.topk_weights,
-                                            .renormalize = p.renormalize, .topk_then_softmax = p.topk_then_softmax});
+  return gating(topk_softmax_registry(), {.logits = p.logits, .topk_ids = p.topk_ids, .topk_weights = p.topk_weights,
+                                          .renormalize = p.renormalize, .topk_then_softmax = p.topk_then_softmax});
 }
 
 // ---- routing -------------------------------------------------------------------------------

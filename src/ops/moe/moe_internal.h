@@ -18,12 +18,13 @@ inline constexpr int64_t kMaxTopK = 32;
 // Hidden size finalize accumulates on the stack.
 inline constexpr int64_t kMaxHidden = 16384;
 
-// The routers' per-expert scores and top-k from an AVX-512 unit (moe_gating_avx512.cpp);
-// used when the active ISA reaches AVX-512, else the generic scalar loops in moe.cpp.
-// topk_avx512 takes finite values only (it marks taken and ineligible lanes -inf, which
-// must stay below every candidate): the routers clamp what they select on, with the same
-// clamp in both units (moe.cpp's clamp_finite).
-inline bool router_avx512() { return active_isa() >= Isa::kAvx512; }
+// The routers' per-expert scores and top-k from an AVX-512 unit (moe_gating_avx512.cpp):
+// the gating registry's "avx512" entry; "scalar" runs moe.cpp's loops, "reference"
+// moe_ref.cpp's. topk_avx512 takes finite values only (it marks taken and ineligible lanes
+// -inf, which must stay below every candidate): the routers clamp what they select on,
+// with the same clamp in every implementation (moe.cpp's clamp_finite).
+// The gating semantics in double, sorting instead of selecting (arguments checked).
+Status gating_reference(const MoeGatingParams& p);
 void load_logits_avx512(const void* row, DType dt, int64_t E, float* logit);             // clamped
 void selection_scores_avx512(const float* score, const float* bias, int64_t E, float* sel);  // clamped score + bias
 void softmax_scores_avx512(const float* logit, int64_t E, float* score);

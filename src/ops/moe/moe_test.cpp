@@ -16,6 +16,20 @@ namespace {
 
 using moe_testutil::gating_ref;
 
+// Runs f once per gating implementation this CPU runs, each forced by OPTX_IMPL (the test
+// isolation restores the variable after the test).
+template <class F>
+void each_gating_impl(F f) {
+  for (const std::string name : {"avx512", "scalar", "reference"}) {
+    if (name == "avx512" && active_isa() < Isa::kAvx512) continue;
+    setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
+    ASSERT_EQ(selected_impl("moe_gating_topk"), name);
+    ASSERT_EQ(selected_impl("moe_gating_topk_softmax"), name);
+    SCOPED_TRACE("implementation " + name);
+    f();
+  }
+}
+
 struct GatingCase {
   MoeScore score;
   int64_t E, k, n_group, topk_group;
@@ -24,7 +38,8 @@ struct GatingCase {
   float scaling;
 };
 
-TEST(MoeGating, MatchesReferenceOnSelectedIsa) {
+TEST(MoeGating, EveryImplementationMatchesReference) {
+  each_gating_impl([&] {
   const GatingCase cases[] = {
       {MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, false, 1.0f},
       {MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, false, 1.0f},   // DeepSeek-V2-Lite
@@ -68,11 +83,13 @@ TEST(MoeGating, MatchesReferenceOnSelectedIsa) {
         }
       }
     }
+  });
 }
 
 // The softmax router entry point (bf16 logits too) against the same reference, and its
 // errors name it.
-TEST(MoeGating, TopkSoftmaxMatchesReferenceOnSelectedIsa) {
+TEST(MoeGating, TopkSoftmaxEveryImplementationMatchesReference) {
+  each_gating_impl([&] {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (bool renorm : {false, true})
       for (bool tks : {false, true})
@@ -113,9 +130,11 @@ TEST(MoeGating, TopkSoftmaxMatchesReferenceOnSelectedIsa) {
                                              .topk_ids = make_view(ids.data(), DType::kI32, {1, 9}),
                                              .topk_weights = make_view(w.data(), DType::kF32, {1, 9})});
   EXPECT_NE(st.message().find("moe_gating_topk_softmax: top-k=9"), std::string::npos) << st.message();
+  });
 }
 
 TEST(MoeGating, TiesBreakToLowerExpertId) {
+  each_gating_impl([&] {
   std::vector<float> logits = {1, 3, 3, 0, 3, 2};  // experts 1, 2, 4 tie
   std::vector<int32_t> ids(2);
   std::vector<float> w(2);
@@ -125,6 +144,51 @@ TEST(MoeGating, TiesBreakToLowerExpertId) {
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   EXPECT_FLOAT_EQ(w[0], w[1]);
+  });
+}
+
+// The tie rule (equal selection scores: the lower id first) in each selection the router
+// makes: between groups (max and top-2-sum group scores), with sigmoid scores and a bias,
+// and in top-k-then-softmax. Expected ids by hand; a tie broken the other way picks a
+// different expert in every case.
+TEST(MoeGating, TiesBreakToLowerIdInGroupsBiasAndTopkThenSoftmax) {
+  struct Case {
+    const char* what;
+    std::vector<float> logits, bias;
+    MoeScore score;
+    int64_t n_group, topk_group;
+    MoeGroupScore gs;
+    bool tks;
+    std::vector<int32_t> ids;
+  };
+  const Case cases[] = {
+      // groups {0,1} {2,3} {4,5} {6,7}: groups 1 and 2 tie on their max, one group kept
+      {"group max tie", {0, 0, 3, 1, 1, 3, 0, 0}, {}, MoeScore::kSigmoid, 4, 1, MoeGroupScore::kMax, false, {2, 3}},
+      // groups 1 and 2 tie on their top-2 sum (2 + 1 against 1 + 2)
+      {"group top-2 sum tie", {0, 0, 2, 1, 1, 2, 0, 0}, {}, MoeScore::kSigmoid, 4, 1, MoeGroupScore::kTop2Sum, false, {2, 3}},
+      // experts 1-3 tie after the bias lifts them above expert 0
+      {"sigmoid + bias tie", {3, 2, 2, 2}, {0, 0.5f, 0.5f, 0.5f}, MoeScore::kSigmoid, 1, 1, MoeGroupScore::kMax, false, {1, 2}},
+      // experts 1, 2, 4 tie on the logit
+      {"top-k then softmax tie", {1, 3, 3, 0, 3, 2}, {}, MoeScore::kSoftmax, 1, 1, MoeGroupScore::kMax, true, {1, 2}},
+  };
+  each_gating_impl([&] {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.what);
+      const int64_t E = int64_t(c.logits.size()), k = int64_t(c.ids.size());
+      std::vector<int32_t> ids(size_t(k), -7);
+      std::vector<float> w(size_t(k), -7.0f);
+      std::vector<float> logits = c.logits, bias = c.bias;
+      const MoeGatingParams p{.logits = make_view(logits.data(), DType::kF32, {1, E}),
+                              .bias = bias.empty() ? TensorView{} : make_view(bias.data(), DType::kF32, {E}),
+                              .topk_ids = make_view(ids.data(), DType::kI32, {1, k}),
+                              .topk_weights = make_view(w.data(), DType::kF32, {1, k}),
+                              .score = c.score, .n_group = c.n_group, .topk_group = c.topk_group, .group_score = c.gs,
+                              .topk_then_softmax = c.tks};
+      const Status st = moe_gating_topk(p);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(ids, c.ids);
+    }
+  });
 }
 
 // A failed status whose message holds `want`.
@@ -142,8 +206,9 @@ constexpr int64_t kHugeX4 = int64_t(uint64_t(kHuge) * 4);        // T * k as a c
 // nothing better is left, lowest id first, so the ids are always k distinct valid experts
 // (before, the AVX-512 top-k matched no lane for a NaN max and left ids unwritten, and
 // took a retired lane again when the max was -inf). Ids and weights are the rule's, by
-// hand; named *Selected* so the OPTX_MAX_ISA-capped ctest runs check the generic path too.
-TEST(MoeGating, NonFiniteScoresGiveDistinctValidIdsOnSelectedIsa) {
+// hand, on every implementation.
+TEST(MoeGating, NonFiniteScoresGiveDistinctValidIdsInEveryImplementation) {
+  each_gating_impl([&] {
   const float nan = NAN, inf = INFINITY;
   const auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
   const double e1 = std::exp(-1.0), e2 = std::exp(-2.0), e4 = std::exp(-4.0);
@@ -208,6 +273,7 @@ TEST(MoeGating, NonFiniteScoresGiveDistinctValidIdsOnSelectedIsa) {
                   .ok());
   EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3}));
   for (float x : w) EXPECT_FLOAT_EQ(x, 0.25f);
+  });
 }
 
 TEST(MoeRouting, StableSortCountsAndRange) {
