@@ -86,6 +86,29 @@ OPTX_BASIC_OP void add_f32_bf16_to_bf16(const float* a, const uint16_t* b, uint1
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(a[i] + bf16_to_f32(b[i]));
 }
 
+// int8 quantisation as eager ops: abs-max per row, x / scale into f32, round and clamp in
+// place, cast to int8. Written to vectorise without fast-math, as a framework's kernels
+// are: the abs-max on the bit patterns (an integer max reduction; finite rows), rounding
+// by adding and subtracting 1.5 * 2^23 (nearest even for |x| < 2^22).
+OPTX_BASIC_OP float absmax_bf16(const uint16_t* x, int64_t n) {
+  uint16_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = m > uint16_t(x[i] & 0x7fff) ? m : uint16_t(x[i] & 0x7fff);
+  return bf16_to_f32(m);
+}
+OPTX_BASIC_OP void div_bf16_to_f32(const uint16_t* x, float s, float* y, int64_t n) {
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]) * inv;
+}
+OPTX_BASIC_OP void round_clamp_f32(float* x, float lo, float hi, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = (x[i] + 12582912.0f) - 12582912.0f;
+    const float a = r > lo ? r : lo;
+    x[i] = a < hi ? a : hi;
+  }
+}
+OPTX_BASIC_OP void f32_to_i8(const float* x, int8_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = int8_t(x[i]);
+}
 #undef OPTX_BASIC_OP
 
 }  // namespace optx::bench::basic

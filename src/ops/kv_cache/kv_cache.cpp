@@ -74,53 +74,16 @@ Status run_tokens(const A& a) {
   return Status::Ok();
 }
 
-void write_one(const Plane& src, const Plane& dst, int64_t t, int64_t slot, int64_t row) {
-  if (!src.base) return;
-  const uint8_t* s = static_cast<const uint8_t*>(src.base) + size_t(t * src.ld) * dtype_size(src.dtype);
-  uint8_t* d = static_cast<uint8_t*>(dst.base) + size_t(slot * dst.ld) * dtype_size(dst.dtype);
-  if (dst.dtype == src.dtype) {
-    std::memcpy(d, s, size_t(row) * dtype_size(src.dtype));
-  } else if (src.dtype == DType::kF32) {
-    quantize_row_i8(reinterpret_cast<const float*>(s), row, reinterpret_cast<int8_t*>(d), dst.scales + slot);
-  } else {
-    quantize_row_i8(reinterpret_cast<const uint16_t*>(s), row, reinterpret_cast<int8_t*>(d), dst.scales + slot);
-  }
-}
-
+// kv_cache_write and gather_pa_kv_cache: contiguous ranges claimed as the threads go, as
+// run_tokens (a gather range finds its first sequence by a scan of seq_lens).
+template <const Kernels& (*K)()>
 Status write_run(const WriteArgs& a) {
-  const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), a.T)));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t t = 0; t < a.T; ++t) {
-    const int64_t slot = a.slot(t);
-    if (slot < 0) continue;
-    write_one(a.k, a.k_cache, t, slot, a.row);
-    write_one(a.v, a.v_cache, t, slot, a.row);
-  }
+  parallel_chunks(a.T, 32, 4, [&](int64_t t0, int64_t t1) { K().write_tokens(a, t0, t1); });
   return Status::Ok();
 }
-
-// Threads take equal contiguous ranges of output rows; each finds its first sequence by a
-// scan of seq_lens (O(B), no allocation), then walks rows and sequences in order.
-void gather_rows(const GatherArgs& a, int64_t r0, int64_t r1) {
-  int64_t b = 0, start = 0;
-  while (b < a.B && start + a.seq_lens[b] <= r0) start += a.seq_lens[b++];
-  for (int64_t r = r0; r < r1; ++r) {
-    while (r - start >= a.seq_lens[b]) start += a.seq_lens[b++];
-    const int64_t p = r - start;
-    const int64_t slot = int64_t(a.block_tables[b * a.max_blocks + p / a.block_size]) * a.block_size + p % a.block_size;
-    for (const auto* pl : {&a.k_cache, &a.v_cache}) {
-      if (!pl->base) continue;
-      const Plane& out = pl == &a.k_cache ? a.k_out : a.v_out;
-      const size_t es = dtype_size(pl->dtype);
-      std::memcpy(static_cast<uint8_t*>(out.base) + size_t(r * out.ld) * es,
-                  static_cast<const uint8_t*>(pl->base) + size_t(slot * pl->ld) * es, size_t(a.row) * es);
-      if (pl->scales) out.scales[r] = pl->scales[slot];
-    }
-  }
-}
-
+template <const Kernels& (*K)()>
 Status gather_run(const GatherArgs& a) {
-  parallel_ranges(a.total, [&](int64_t r0, int64_t r1) { gather_rows(a, r0, r1); });
+  parallel_chunks(a.total, 32, 4, [&](int64_t r0, int64_t r1) { K().gather_rows(a, r0, r1); });
   return Status::Ok();
 }
 
@@ -190,6 +153,8 @@ Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
   OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, num_slots));
   a->slots = p.slots.data;
   a->slots64 = p.slots.dtype == DType::kI64;
+  // (in double: T * row can be near the views' element bound)
+  a->stream = 2.0 * double(T) * double(row) * double(dtype_size(first.dtype)) >= double(simd::kStreamMinBytes);
   return Status::Ok();
 }
 
@@ -219,6 +184,7 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
   a->total = total;
   a->block_tables = tables;
   a->seq_lens = lens;
+  a->stream = 2.0 * double(total) * double(row) * double(dtype_size(first.dtype)) >= double(simd::kStreamMinBytes);
   for (int w = 0; w < 2; ++w) {
     const TensorView& cache = w ? p.v_cache : p.k_cache;
     const TensorView& out = w ? p.v_out : p.k_out;
@@ -368,12 +334,16 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
 
 // ---- registries ------------------------------------------------------------------------------
 const dispatch::Registry<WriteFn>& write_registry() {
-  static const dispatch::Registry<WriteFn> r("kv_cache_write", {{"generic", Isa::kScalar, write_run},
+  static const dispatch::Registry<WriteFn> r("kv_cache_write", {{"avx512", Isa::kAvx512, write_run<kernels_avx512>},
+                                                                 {"avx2", Isa::kAvx2, write_run<kernels_avx2>},
+                                                                 {"scalar", Isa::kScalar, write_run<kernels_scalar>},
                                                                  {"reference", Isa::kScalar, write_reference}});
   return r;
 }
 const dispatch::Registry<GatherFn>& gather_registry() {
-  static const dispatch::Registry<GatherFn> r("gather_pa_kv_cache", {{"generic", Isa::kScalar, gather_run},
+  static const dispatch::Registry<GatherFn> r("gather_pa_kv_cache", {{"avx512", Isa::kAvx512, gather_run<kernels_avx512>},
+                                                                      {"avx2", Isa::kAvx2, gather_run<kernels_avx2>},
+                                                                      {"scalar", Isa::kScalar, gather_run<kernels_scalar>},
                                                                       {"reference", Isa::kScalar, gather_reference}});
   return r;
 }

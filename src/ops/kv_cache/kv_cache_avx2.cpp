@@ -6,7 +6,8 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_avx2() {
-  static const Kernels k{avx2::mla_tokens<simd::Avx2>, avx2::qkv_tokens<simd::Avx2>};
+  static const Kernels k{avx2::mla_tokens<simd::Avx2>, avx2::qkv_tokens<simd::Avx2>, avx2::write_tokens<simd::Avx2>,
+                         avx2::gather_rows<simd::Avx2>};
   return k;
 }
 }  // namespace optx::kv_detail

@@ -6,7 +6,8 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_avx512() {
-  static const Kernels k{avx512::mla_tokens<simd::Avx512>, avx512::qkv_tokens<simd::Avx512>};
+  static const Kernels k{avx512::mla_tokens<simd::Avx512>, avx512::qkv_tokens<simd::Avx512>, avx512::write_tokens<simd::Avx512>,
+                         avx512::gather_rows<simd::Avx512>};
   return k;
 }
 }  // namespace optx::kv_detail

@@ -6,7 +6,8 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_avx512_bf16() {
-  static const Kernels k{avx512_bf16::mla_tokens<simd::Avx512Bf16>, avx512_bf16::qkv_tokens<simd::Avx512Bf16>};
+  static const Kernels k{avx512_bf16::mla_tokens<simd::Avx512Bf16>, avx512_bf16::qkv_tokens<simd::Avx512Bf16>, avx512_bf16::write_tokens<simd::Avx512Bf16>,
+                         avx512_bf16::gather_rows<simd::Avx512Bf16>};
   return k;
 }
 }  // namespace optx::kv_detail

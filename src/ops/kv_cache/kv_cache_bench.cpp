@@ -167,12 +167,141 @@ void bench_qkv(bench::Context& ctx) {
           0, bytes);
 }
 
+// kv_cache_write: T = 4096 tokens of K and V, 8 KV heads x 128 (2 KiB rows), into 64-slot
+// blocks scattered over a 64 Ki-slot pool; bf16 and an i8 cache. `basic` is what an eager
+// framework does: index_copy (one memcpy per row; ordinary stores read each scattered
+// destination line first) and, for i8, abs-max per row, divide, round, clamp and cast to
+// an i8 buffer before the index_copy. Bytes: read k and v, write the cache rows (and scales).
+void bench_write(bench::Context& ctx, bool i8) {
+  const int64_t T = 4096, row = 8 * 128, S = 64 * 1024;
+  const DType cdt = i8 ? DType::kI8 : DType::kBF16;
+  const size_t ces = i8 ? 1 : 2;
+  const int sets = sets_for(double(2 * S * row) * double(ces), double(2 * T * row * 2));
+  testing::Rng rng(29);
+  KvBlockPool pool;
+  bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = row, .planes = 2, .dtype = cdt}, &pool));
+  std::vector<testing::AlignedVector<uint16_t>> k(sets, testing::AlignedVector<uint16_t>(static_cast<size_t>(T * row))), v = k;
+  std::vector<std::vector<int32_t>> slots;
+  for (int s = 0; s < sets; ++s) {
+    testing::fill_bf16(k[size_t(s)].data(), T * row, rng, -2, 2);
+    testing::fill_bf16(v[size_t(s)].data(), T * row, rng, -2, 2);
+    slots.push_back(paged_slots(T, S, rng));
+  }
+  const double bytes = double(T * row) * (2 * 2 + 2 * double(ces)) + (i8 ? double(T) * 2 * 4 : 0.0);
+  const std::string cs = std::string("dtype=bf16 T=4096 Hkv=8 D=128") + (i8 ? " cache=i8" : "");
+  int set = 0;
+  bench::Record r{.op = "kv_cache_write", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = selected_impl("kv_cache_write");
+  auto optx_fn = [&] {
+    const size_t s = size_t(set++ % sets);
+    bench::check(kv_cache_write({.k = make_view(k[s].data(), DType::kBF16, {T, row}), .v = make_view(v[s].data(), DType::kBF16, {T, row}),
+                                 .slots = make_view(slots[s].data(), DType::kI32, {T}), .k_cache = pool.plane(0), .v_cache = pool.plane(1),
+                                 .k_scales = i8 ? pool.scales(0) : TensorView{}, .v_scales = i8 ? pool.scales(1) : TensorView{}}));
+  };
+  testing::AlignedVector<float> amax(static_cast<size_t>(T)), qf(static_cast<size_t>(T * row));
+  testing::AlignedVector<int8_t> q8(static_cast<size_t>(T * row));
+  const int th = ctx.threads;
+  bench::Record bb{.op = "kv_cache_write", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  bb.peak_bytes = i8 ? double(amax.size() * 4 + qf.size() * 4 + q8.size()) : 0.0;
+  bb.note = i8 ? "abs-max, divide, round, clamp, cast, index_copy (per plane)" : "index_copy (per plane)";
+  auto basic_fn = [&] {
+    const size_t s = size_t(set++ % sets);
+    for (int w = 0; w < 2; ++w) {
+      const uint16_t* x = (w ? v : k)[s].data();
+      if (!i8) {
+        uint16_t* c = static_cast<uint16_t*>(pool.plane(w).data);
+#pragma omp parallel for num_threads(th)
+        for (int64_t t = 0; t < T; ++t) std::memcpy(c + int64_t(slots[s][size_t(t)]) * row, x + t * row, size_t(row) * 2);
+        continue;
+      }
+      float* sc = static_cast<float*>(pool.scales(w).data);
+      int8_t* c = static_cast<int8_t*>(pool.plane(w).data);
+#pragma omp parallel for num_threads(th)
+      for (int64_t t = 0; t < T; ++t) amax[size_t(t)] = bo::absmax_bf16(x + t * row, row);
+#pragma omp parallel for num_threads(th)
+      for (int64_t t = 0; t < T; ++t) bo::div_bf16_to_f32(x + t * row, amax[size_t(t)] / 127.0f, qf.data() + t * row, row);
+#pragma omp parallel for num_threads(th)
+      for (int64_t t = 0; t < T; ++t) bo::round_clamp_f32(qf.data() + t * row, -127.0f, 127.0f, row);
+#pragma omp parallel for num_threads(th)
+      for (int64_t t = 0; t < T; ++t) bo::f32_to_i8(qf.data() + t * row, q8.data() + t * row, row);
+#pragma omp parallel for num_threads(th)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t slot = slots[s][size_t(t)];
+        std::memcpy(c + slot * row, q8.data() + t * row, size_t(row));
+        sc[slot] = amax[size_t(t)] / 127.0f;
+      }
+    }
+  };
+  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  ctx.add(r, tm[0], 0, bytes);
+  ctx.add(bb, tm[1], 0, bytes);
+}
+
+// gather_pa_kv_cache: 4 sequences of 4096 tokens (64-slot blocks scattered over the pool)
+// into contiguous K and V, bf16, 8 KV heads x 128. `basic`: one memcpy per row (an
+// index_select by slot), ordinary stores. Bytes: read the rows, write them.
+void bench_gather(bench::Context& ctx) {
+  const int64_t B = 4, L = 4096, row = 8 * 128, S = 64 * 1024, total = B * L, nb = L / kBlock;
+  const int sets = sets_for(double(2 * total * row * 2), double(2 * total * row * 2));
+  testing::Rng rng(31);
+  KvBlockPool pool;
+  bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = row, .planes = 2, .dtype = DType::kBF16}, &pool));
+  for (int w = 0; w < 2; ++w) testing::fill_bf16(static_cast<uint16_t*>(pool.plane(w).data), S * row, rng, -2, 2);
+  // Each set's sequences take their own blocks: the rotation re-reads no block while it is cached.
+  std::vector<std::vector<int32_t>> tables;
+  for (int s = 0; s < sets; ++s) {
+    const std::vector<int32_t> sl = paged_slots(total, S, rng);
+    std::vector<int32_t> t(static_cast<size_t>(B * nb));
+    for (int64_t i = 0; i < B * nb; ++i) t[size_t(i)] = sl[size_t(i * kBlock)] / int32_t(kBlock);
+    tables.push_back(std::move(t));
+  }
+  std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(L));
+  testing::AlignedVector<uint16_t> ko(static_cast<size_t>(total * row)), vo(ko.size());
+  const double bytes = 2.0 * double(total * row) * 2 * 2;
+  const std::string cs = "dtype=bf16 B=4 ctx=4096 Hkv=8 D=128";
+  int set = 0;
+  bench::Record r{.op = "gather_pa_kv_cache", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = selected_impl("gather_pa_kv_cache");
+  auto optx_fn = [&] {
+    const size_t s = size_t(set++ % sets);
+    bench::check(gather_pa_kv_cache({.k_cache = pool.plane(0), .v_cache = pool.plane(1),
+                                     .block_tables = make_view(tables[s].data(), DType::kI32, {B, nb}),
+                                     .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = kBlock,
+                                     .k_out = make_view(ko.data(), DType::kBF16, {total, row}),
+                                     .v_out = make_view(vo.data(), DType::kBF16, {total, row})}));
+  };
+  const int th = ctx.threads;
+  bench::Record bb{.op = "gather_pa_kv_cache", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  bb.note = "index_select by slot (per plane)";
+  auto basic_fn = [&] {
+    const size_t s = size_t(set++ % sets);
+    for (int w = 0; w < 2; ++w) {
+      const uint16_t* c = static_cast<const uint16_t*>(pool.plane(w).data);
+      uint16_t* o = (w ? vo : ko).data();
+#pragma omp parallel for num_threads(th)
+      for (int64_t i = 0; i < total; ++i) {
+        const int64_t slot = int64_t(tables[s][size_t(i / kBlock)]) * kBlock + i % kBlock;
+        std::memcpy(o + i * row, c + slot * row, size_t(row) * 2);
+      }
+    }
+  };
+  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  ctx.add(r, tm[0], 0, bytes);
+  ctx.add(bb, tm[1], 0, bytes);
+}
+
 void bench_kv(bench::Context& ctx) {
   bench_mla(ctx);
   bench_qkv(ctx);
 }
+void bench_plain(bench::Context& ctx) {
+  bench_write(ctx, false);
+  bench_write(ctx, true);
+  bench_gather(ctx);
+}
 
 OPTX_REGISTER_BENCH("kv_rms_norm_rope_cache|qkv_rope_cache", bench_kv);
+OPTX_REGISTER_BENCH("kv_cache_write|gather_pa_kv_cache", bench_plain);
 
 }  // namespace
 }  // namespace optx::kv_detail

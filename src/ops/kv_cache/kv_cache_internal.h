@@ -29,6 +29,7 @@ struct WriteArgs {
   int64_t T = 0, row = 0;
   const void* slots = nullptr;
   bool slots64 = false;
+  bool stream = false;  // rows written total >= simd::kStreamMinBytes: non-temporal stores
   Plane k, v, k_cache, v_cache;  // k/v base null when absent
   int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
 };
@@ -37,6 +38,7 @@ struct GatherArgs {
   int64_t B = 0, row = 0, block_size = 0, max_blocks = 0, total = 0;
   const int32_t* block_tables = nullptr;
   const int32_t* seq_lens = nullptr;
+  bool stream = false;  // output >= simd::kStreamMinBytes: non-temporal stores
   Plane k_cache, v_cache, k_out, v_out;  // out scales: Plane::scales of k_out / v_out
 };
 
@@ -76,12 +78,13 @@ struct QkvArgs {
   int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
 };
 
-// Per-ISA token kernels of the fused ops (plain cache writes and gathers are memcpy or
-// scalar quantisation, shared by every implementation).
+// Per-ISA kernels: tokens (or gathered rows) [t0, t1) by one thread, its streaming stores
+// fenced before return.
 struct Kernels {
-  // Tokens [t0, t1) by one thread, its streaming stores fenced before return.
   void (*mla_tokens)(const MlaArgs&, int64_t t0, int64_t t1);
   void (*qkv_tokens)(const QkvArgs&, int64_t t0, int64_t t1);
+  void (*write_tokens)(const WriteArgs&, int64_t t0, int64_t t1);
+  void (*gather_rows)(const GatherArgs&, int64_t r0, int64_t r1);
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

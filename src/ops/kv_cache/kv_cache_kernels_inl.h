@@ -180,5 +180,62 @@ void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
   V::stream_fence();
 }
 
+inline constexpr int64_t kMaxStagedI8Row = 16384;
+
+// One row of a plain cache write or gather: the same dtype is copied (non-temporal where
+// the op writes enough to stream past the caches: scattered cache slots would otherwise
+// read each destination line first), an i8 destination gets the row quantised per token
+// (numerics/quant_i8.h compiled with this unit's flags, so its absmax, scale and rounding
+// loops vectorise; the same values in every unit).
+template <class V>
+OPTX_ALWAYS_INLINE void put_row(const Plane& src, const Plane& dst, int64_t s_row, int64_t d_row, int64_t row, bool stream) {
+  const uint8_t* s = static_cast<const uint8_t*>(src.base) + size_t(s_row * src.ld) * dtype_size(src.dtype);
+  uint8_t* d = static_cast<uint8_t*>(dst.base) + size_t(d_row * dst.ld) * dtype_size(dst.dtype);
+  if (dst.dtype == src.dtype) {
+    const size_t bytes = size_t(row) * dtype_size(src.dtype);
+    if (stream) V::stream_copy(d, s, bytes);
+    else std::memcpy(d, s, bytes);
+    return;
+  }
+  // i8: quantised into an L1 row first where the op streams, then copied out whole lines.
+  alignas(64) int8_t stage[kMaxStagedI8Row];
+  int8_t* q = stream && row <= kMaxStagedI8Row ? stage : reinterpret_cast<int8_t*>(d);
+  if (src.dtype == DType::kF32) quantize_row_i8(reinterpret_cast<const float*>(s), row, q, dst.scales + d_row);
+  else quantize_row_i8(reinterpret_cast<const uint16_t*>(s), row, q, dst.scales + d_row);
+  if (q == stage) V::stream_copy(d, stage, size_t(row));
+}
+
+// kv_cache_write: k / v rows of tokens [t0, t1) into their slots (slot -1 skipped).
+template <class V>
+void write_tokens(const WriteArgs& a, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t slot = a.slot(t);
+    if (slot < 0) continue;
+    if (a.k.base) put_row<V>(a.k, a.k_cache, t, slot, a.row, a.stream);
+    if (a.v.base) put_row<V>(a.v, a.v_cache, t, slot, a.row, a.stream);
+  }
+  V::stream_fence();
+}
+
+// gather_pa_kv_cache: output rows [r0, r1) (sequences back to back); the first sequence
+// is found by a scan of seq_lens (O(B), no allocation), then rows and sequences go in order.
+template <class V>
+void gather_rows(const GatherArgs& a, int64_t r0, int64_t r1) {
+  int64_t b = 0, start = 0;
+  while (b < a.B && start + a.seq_lens[b] <= r0) start += a.seq_lens[b++];
+  for (int64_t r = r0; r < r1; ++r) {
+    while (r - start >= a.seq_lens[b]) start += a.seq_lens[b++];
+    const int64_t p = r - start;
+    const int64_t slot = int64_t(a.block_tables[b * a.max_blocks + p / a.block_size]) * a.block_size + p % a.block_size;
+    for (const Plane* pl : {&a.k_cache, &a.v_cache}) {
+      if (!pl->base) continue;
+      const Plane& out = pl == &a.k_cache ? a.k_out : a.v_out;
+      put_row<V>(*pl, out, slot, r, a.row, a.stream);
+      if (pl->scales) out.scales[r] = pl->scales[slot];
+    }
+  }
+  V::stream_fence();
+}
+
 }  // namespace
 }  // namespace optx::kv_detail::OPTX_ISA_NS

@@ -6,7 +6,8 @@
 
 namespace optx::kv_detail {
 const Kernels& kernels_scalar() {
-  static const Kernels k{scalar::mla_tokens<simd::Scalar>, scalar::qkv_tokens<simd::Scalar>};
+  static const Kernels k{scalar::mla_tokens<simd::Scalar>, scalar::qkv_tokens<simd::Scalar>, scalar::write_tokens<simd::Scalar>,
+                         scalar::gather_rows<simd::Scalar>};
   return k;
 }
 }  // namespace optx::kv_detail

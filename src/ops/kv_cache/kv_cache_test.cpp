@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "ops/kv_cache/kv_cache_testutil.h"
+#include "testing/aligned.h"
 #include "ops/norm/norm_internal.h"
 #include "ops/rope/rope_internal.h"
 
@@ -16,6 +17,13 @@ namespace optx::kv_detail {
 namespace {
 
 using testutil::Typed;
+
+// The plain write of the unfused side of a fused-vs-unfused comparison: the same ISA's,
+// else the best this CPU runs (its copies and quantiser give the same bits in every unit).
+const dispatch::Impl<WriteFn>* write_impl_for(const char* fused_impl) {
+  if (const auto* w = write_registry().find(fused_impl)) return w;
+  return write_registry().runnable().front();
+}
 
 TEST(KvPool, AllocateReleaseAndFullPool) {
   KvBlockPool pool;
@@ -334,6 +342,69 @@ TEST(GatherPaKvCache, Int8CachesWithScalesEveryImplementation) {
   }
 }
 
+// Writes and gathers of >= simd::kStreamMinBytes take the non-temporal path (aligned
+// whole lines, the rest by memcpy): 1040 tokens of bf16 rows of 2080 values (4160 bytes,
+// 65 lines: cache rows 64-byte aligned) into blocks scattered over a pool, then gathered
+// back, on every implementation; each row must arrive intact and nothing else change.
+TEST(KvCacheWrite, LargeWritesAndGathersStreamEveryImplementation) {
+  const int64_t row = 2080, bs = 16, blocks = 128, S = blocks * bs, T = 1040;
+  ASSERT_GE(2 * T * row * 2, simd::kStreamMinBytes);
+  testing::Rng rng(23);
+  std::vector<uint16_t> k(size_t(T * row)), v(size_t(T * row));
+  testing::fill_bf16(k.data(), T * row, rng, -3, 3);
+  testing::fill_bf16(v.data(), T * row, rng, -3, 3);
+  std::vector<int32_t> order(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) order[size_t(b)] = int32_t(b);
+  for (int64_t b = blocks - 1; b > 0; --b) std::swap(order[size_t(b)], order[size_t(rng.below(b + 1))]);
+  const std::vector<int32_t> lens = {600, 0, 440};
+  const int64_t B = 3, max_blocks = 40;
+  std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), 0), slots(static_cast<size_t>(T));
+  for (int64_t b = 0, t = 0, next = 0; b < B; ++b)
+    for (int64_t p = 0; p < lens[size_t(b)]; ++p, ++t) {
+      if (p % bs == 0) tables[size_t(b * max_blocks + p / bs)] = order[size_t(next++)];
+      slots[size_t(t)] = int32_t(tables[size_t(b * max_blocks + p / bs)] * bs + p % bs);
+    }
+  for (const auto* wi : write_registry().runnable()) {
+    testing::AlignedVector<uint16_t> kc(size_t(S * row), 0x7fc1), vc(size_t(S * row), 0x7fc1);  // NaN sentinels
+    WriteArgs wa;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), DType::kBF16, {T, row}), .v = make_view(v.data(), DType::kBF16, {T, row}),
+                                           .slots = make_view(slots.data(), DType::kI32, {T}),
+                                           .k_cache = make_view(kc.data(), DType::kBF16, {S, row}),
+                                           .v_cache = make_view(vc.data(), DType::kBF16, {S, row})},
+                        &wa)
+                    .ok());
+    ASSERT_TRUE(wa.stream);
+    ASSERT_TRUE(wi->fn(wa).ok()) << wi->name;
+    std::vector<bool> written(static_cast<size_t>(S), false);
+    for (int64_t t = 0; t < T; ++t) {
+      written[size_t(slots[size_t(t)])] = true;
+      ASSERT_EQ(std::memcmp(kc.data() + slots[size_t(t)] * row, k.data() + t * row, size_t(row) * 2), 0) << wi->name << " k t=" << t;
+      ASSERT_EQ(std::memcmp(vc.data() + slots[size_t(t)] * row, v.data() + t * row, size_t(row) * 2), 0) << wi->name << " v t=" << t;
+    }
+    for (int64_t s = 0; s < S; ++s)
+      if (!written[size_t(s)]) {
+        ASSERT_EQ(kc[size_t(s * row)], 0x7fc1) << wi->name << " slot " << s << " was not written to";
+        ASSERT_EQ(vc[size_t(s * row + row - 1)], 0x7fc1) << wi->name << " slot " << s << " was not written to";
+      }
+    for (const auto* gi : gather_registry().runnable()) {
+      testing::AlignedVector<uint16_t> ko(size_t(T * row), 0x7fc1), vo(size_t(T * row), 0x7fc1);
+      GatherArgs ga;
+      ASSERT_TRUE(to_args(GatherKvParams{.k_cache = make_view(kc.data(), DType::kBF16, {S, row}),
+                                         .v_cache = make_view(vc.data(), DType::kBF16, {S, row}),
+                                         .block_tables = make_view(tables.data(), DType::kI32, {B, max_blocks}),
+                                         .seq_lens = make_view(const_cast<int32_t*>(lens.data()), DType::kI32, {B}), .block_size = bs,
+                                         .k_out = make_view(ko.data(), DType::kBF16, {T, row}),
+                                         .v_out = make_view(vo.data(), DType::kBF16, {T, row})},
+                          &ga)
+                      .ok());
+      ASSERT_TRUE(ga.stream);
+      ASSERT_TRUE(gi->fn(ga).ok()) << gi->name;
+      ASSERT_EQ(std::memcmp(ko.data(), k.data(), size_t(T * row) * 2), 0) << wi->name << " then " << gi->name;
+      ASSERT_EQ(std::memcmp(vo.data(), v.data(), size_t(T * row) * 2), 0) << wi->name << " then " << gi->name;
+    }
+  }
+}
+
 TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
   for (const auto* impl : mla_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
@@ -402,7 +473,7 @@ TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
   std::vector<int32_t> pos(T), slots(T);
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(t * 37 % 100), slots[size_t(t)] = t == 13 ? -1 : int32_t(t * 7 % S);
   for (const auto* fi : mla_registry().runnable()) {
-    const auto* wi = write_registry().find("generic");
+    const auto* wi = write_impl_for(fi->name);
     std::vector<uint16_t> c1(S * W, 0), c2(S * W, 0), tmp(kv);
     MlaArgs a;
     ASSERT_TRUE(to_args(KvRmsNormRopeCacheParams{.kv = make_view(kv.data(), DType::kBF16, {T, W}),
@@ -454,7 +525,7 @@ TEST(KvRmsNormRopeCache, Int8LatentFusedEqualsUnfused) {
                     .ok());
     ASSERT_TRUE(fi->fn(a).ok());
     if (std::string(fi->name) == "reference") continue;  // the composition below uses kernels
-    const auto* wi = write_registry().find("generic");
+    const auto* wi = write_impl_for(fi->name);
     unfused_norm_rope(fi->name, tmp.data(), w.data(), pos.data(), T, rank, rd, table);
     WriteArgs wa, wr;
     ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(tmp.data(), DType::kBF16, {T, rank}, {W, 1}),
@@ -503,7 +574,7 @@ TEST(QkvRopeCache, FusedEqualsUnfusedBitwise) {
       for (const auto* fi : qkv_registry().runnable()) {
         const std::string what = std::string(fi->name) + " " + dtype_name(dt) + (i64 ? " i64" : " i32") + " positions";
         const auto* ri = rope_detail::registry().find(fi->name);
-        const auto* wi = write_registry().find("generic");
+        const auto* wi = write_impl_for(fi->name);
         ASSERT_TRUE(ri && wi);
         testing::Rng rng(5);
         Typed qkv(dt, size_t(T * W)), tmp(dt, size_t(T * W)), q1(dt, size_t(T * hq * d));
