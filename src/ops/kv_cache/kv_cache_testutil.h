@@ -58,10 +58,11 @@ struct MlaCase {
   int64_t T = 5, rank = 512, rope_dim = 64, num_slots = 64;
   RopeStyle style = RopeStyle::kInterleaved;
   bool pos64 = false;
+  bool i8 = false;  // i8 latent cache + scales, rope part in rope_cache
   std::string name() const {
     std::ostringstream os;
-    os << "dtype=" << dtype_name(dtype) << " T=" << T << " rank=" << rank << " rope_dim=" << rope_dim << " slots=" << num_slots
-       << " style=" << int(style) << " pos=" << (pos64 ? "i64" : "i32");
+    os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << " T=" << T << " rank=" << rank << " rope_dim=" << rope_dim
+       << " slots=" << num_slots << " style=" << int(style) << " pos=" << (pos64 ? "i64" : "i32");
     return os.str();
   }
 };
@@ -80,8 +81,13 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
   Outcome o;
   o.status = RopeTable::build({.rotary_dim = c.rope_dim, .max_positions = 300, .yarn = y}, &table);
   if (!o.status.ok()) return o;
+  // Float caches: rows of W; an i8 latent: codes [slots, rank] + scales, the rope part in
+  // rope_cache [slots, rope_dim] (Typed `cache` then holds only that).
+  const int64_t CW = c.i8 ? c.rope_dim : W, RO = c.i8 ? 0 : c.rank;  // rope part: row width and offset in `cache`
   Typed kv(c.dtype, size_t(std::max<int64_t>(c.T * W, 1))), w(c.dtype, size_t(c.rank)),
-      cache(c.dtype, size_t(c.num_slots * W));
+      cache(c.dtype, size_t(c.num_slots * CW));
+  std::vector<int8_t> codes(c.i8 ? size_t(c.num_slots * c.rank) : 0, int8_t(99));
+  std::vector<float> scales(c.i8 ? size_t(c.num_slots) : 0, 1024.0f);
   for (size_t i = 0; i < kv.f.size() + kv.h.size(); ++i) kv.set(i, rng.uniform(-3.0f, 3.0f));
   for (int64_t i = 0; i < c.rank; ++i) w.set(size_t(i), rng.uniform(0.5f, 1.5f));
   for (size_t i = 0; i < cache.f.size() + cache.h.size(); ++i) cache.set(i, 1024.0f);  // sentinel
@@ -96,6 +102,11 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
                                               : make_view(s32.data(), DType::kI32, {c.T}),
                              .cache = make_view(cache.data(), c.dtype, {c.num_slots, W}), .kv_lora_rank = c.rank,
                              .style = c.style};
+  if (c.i8) {
+    p.cache = make_view(codes.data(), DType::kI8, {c.num_slots, c.rank});
+    p.cache_scales = make_view(scales.data(), DType::kF32, {c.num_slots});
+    p.rope_cache = make_view(cache.data(), c.dtype, {c.num_slots, c.rope_dim});
+  }
   MlaArgs a;
   o.status = to_args(p, &a);
   if (!o.status.ok()) return o;
@@ -113,11 +124,13 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
     double ss = 0;
     for (int64_t i = 0; i < c.rank; ++i) ss += kv.get(size_t(t * W + i)) * kv.get(size_t(t * W + i));
     const double inv = 1.0 / std::sqrt(ss / double(c.rank) + 1e-6);
+    const double sc = c.i8 ? double(scales[size_t(slot)]) : 0.0;
     for (int64_t i = 0; i < c.rank; ++i) {
       const double v = kv.get(size_t(t * W + i)) * inv * w.get(size_t(i));
       ref.push_back(v);
-      extra.push_back(std::fabs(v) * (double(c.rank + 8) * u + ub));
-      got.push_back(cache.get(size_t(slot * W + i)));
+      // i8: codes round the (dtype-rounded) value to the nearest step of the row's scale
+      extra.push_back(std::fabs(v) * (double(c.rank + 8) * u + ub) + (c.i8 ? 0.5 * sc * (1 + 1e-6) : 0.0));
+      got.push_back(c.i8 ? codes[size_t(slot * c.rank + i)] * sc : cache.get(size_t(slot * W + i)));
     }
     const int64_t pos = p64[size_t(t)], half = c.rope_dim / 2;
     for (int64_t i = 0; i < c.rope_dim; ++i) x[size_t(i)] = kv.get(size_t(t * W + c.rank + i));
@@ -126,13 +139,13 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
     for (int64_t i = 0; i < c.rope_dim; ++i) {
       ref.push_back(yv[size_t(i)]);
       extra.push_back(2 * u * mag[size_t(i)] + ub * std::fabs(yv[size_t(i)]));
-      got.push_back(cache.get(size_t(slot * W + c.rank + i)));
+      got.push_back(cache.get(size_t(slot * CW + RO + i)));
     }
   }
   for (int64_t s = 0; s < c.num_slots; ++s)
     if (!written[size_t(s)])
-      for (int64_t i = 0; i < W; ++i)
-        if (cache.get(size_t(s * W + i)) != 1024.0) {
+      for (int64_t i = 0; i < CW; ++i)
+        if (cache.get(size_t(s * CW + i)) != 1024.0 || (c.i8 && (scales[size_t(s)] != 1024.0f || codes[size_t(s * c.rank + i % c.rank)] != 99))) {
           o.cmp.pass = false;
           o.cmp.message = "slot " + std::to_string(s) + " was written but no token maps to it";
           return o;

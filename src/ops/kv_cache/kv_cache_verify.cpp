@@ -1,6 +1,7 @@
 // `optx verify` cases for the cache family (every runnable implementation): kv_cache_write
 // and gather_pa_kv_cache in f32 / bf16 / int8; the fused cache writes with DeepSeek MLA
-// rows (512 + 64), odd latent widths, all rope styles; Llama / GQA qkv rows.
+// rows (512 + 64; float and i8 latent caches), odd latent widths, all rope styles; Llama /
+// GQA qkv rows.
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -15,10 +16,11 @@ namespace {
 void verify_mla(std::vector<verify::Record>& out) {
   for (const auto* impl : mla_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
+      for (bool i8 : {false, true})
       for (auto [T, rank, rd, style] : {std::tuple{33, 512, 64, RopeStyle::kInterleaved}, {17, 512, 64, RopeStyle::kInterleavedToHalf},
                                         {5, 769, 32, RopeStyle::kHalf}, {1, 7, 2, RopeStyle::kInterleaved}}) {
         testutil::MlaCase c;
-        c.dtype = dt, c.T = T, c.rank = rank, c.rope_dim = rd, c.style = style, c.num_slots = 96, c.pos64 = T % 2 == 0;
+        c.dtype = dt, c.T = T, c.rank = rank, c.rope_dim = rd, c.style = style, c.num_slots = 96, c.pos64 = T % 2 == 0, c.i8 = i8;
         const auto o = testutil::run_mla(*impl, c, uint64_t(T * rank));
         out.push_back(verify::make_record("kv_rms_norm_rope_cache", impl->name, c.name(), o.status, o.cmp));
       }
