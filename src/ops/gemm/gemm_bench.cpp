@@ -50,9 +50,10 @@ struct OptxRun {
 };
 
 #ifdef OPTX_HAVE_ONEDNN
-// oneDNN bf16 matmul C[M, N] = A[M, K] * W^T, W given [N, K] row-major and reordered once
-// into oneDNN's preferred layout (its equivalent of packing), `copies` times for rotation.
-struct OnednnBf16 {
+// oneDNN matmul C[M, N] = A[M, K] * W^T (all f32 or all bf16), W given [N, K] row-major
+// and reordered once into oneDNN's preferred layout (its equivalent of packing), `copies`
+// times for rotation.
+struct OnednnMatmul {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream s{eng};
   dnnl::matmul::primitive_desc pd;
@@ -60,14 +61,14 @@ struct OnednnBf16 {
   dnnl::memory a_mem, c_mem;
   dnnl::matmul mm;
   size_t i = 0;
-  OnednnBf16(int threads, int64_t M, int64_t N, int64_t K, void* a, void* w, void* c, int copies) {
+  OnednnMatmul(bool bf16, int threads, int64_t M, int64_t N, int64_t K, void* a, void* w, void* c, int copies) {
     omp_set_num_threads(threads);
     using namespace dnnl;
-    using dt = memory::data_type;
     using tag = memory::format_tag;
-    memory::desc a_md({M, K}, dt::bf16, tag::ab), w_any({K, N}, dt::bf16, tag::any), c_md({M, N}, dt::bf16, tag::ab);
+    const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    memory::desc a_md({M, K}, dt, tag::ab), w_any({K, N}, dt, tag::any), c_md({M, N}, dt, tag::ab);
     pd = matmul::primitive_desc(matmul::desc(a_md, w_any, c_md), eng);
-    memory w_user({{K, N}, dt::bf16, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
+    memory w_user({{K, N}, dt, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
     for (int k = 0; k < copies; ++k) {
       ws.emplace_back(pd.weights_desc(), eng);
       reorder(w_user, ws.back()).execute(s, w_user, ws.back());
@@ -134,13 +135,11 @@ void bench_square(bench::Context& ctx, bool bf16) {
   }
 #endif
 #ifdef OPTX_HAVE_ONEDNN
-  std::unique_ptr<OnednnBf16> dnn;
-  if (bf16) {
-    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.data(), b.data(), c.data(), 1);
-    peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof});
-    peers.back().note = dnn->pd.impl_info_str();
-    fns.push_back(std::ref(*dnn));
-  }
+  // (Debian's OpenBLAS has no sbgemm, so the bf16 case has oneDNN alone.)
+  const auto dnn = std::make_unique<OnednnMatmul>(bf16, ctx.threads, M, N, K, a.data(), b.data(), c.data(), 1);
+  peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof});
+  peers.back().note = dnn->pd.impl_info_str();
+  fns.push_back(std::ref(*dnn));
 #endif
   run_case(ctx, r, fns, peers, flops, bytes);
 }
@@ -175,9 +174,9 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   std::vector<std::function<void()>> fns = {std::ref(optx)};
   std::vector<bench::Record> peers;
 #ifdef OPTX_HAVE_ONEDNN
-  std::unique_ptr<OnednnBf16> dnn;
+  std::unique_ptr<OnednnMatmul> dnn;
   if (!i8) {
-    dnn = std::make_unique<OnednnBf16>(ctx.threads, M, N, K, a.data(), raw.data(), c.data(), copies);
+    dnn = std::make_unique<OnednnMatmul>(true, ctx.threads, M, N, K, a.data(), raw.data(), c.data(), copies);
     peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = bench::Roof::kMemory});
     peers.back().note = dnn->pd.impl_info_str();
     fns.push_back(std::ref(*dnn));
