@@ -36,8 +36,9 @@ struct FlashAttentionParams {
   bool causal = false;          // j <= i + (Skv - Sq)
   int64_t window_left = -1;     // >= 0: j >= i + (Skv - Sq) - window_left
   int64_t window_right = -1;    // >= 0: j <= i + (Skv - Sq) + window_right
-  TensorView mask;   // [B | 1, N | 1, Sq, Skv] i8, nonzero = visible; may be empty (not with TND)
-  TensorView bias;   // [B | 1, N | 1, Sq, Skv] f32 added to the scores; may be empty (not with TND)
+  TensorView mask;   // [B | 1, N | 1, Sq, Skv] i8, nonzero = visible; may be empty. TND: per sequence,
+                     // [B | 1, N | 1, >= max Sq, >= max Skv] padded, by position within the sequence
+  TensorView bias;   // [B | 1, N | 1, Sq, Skv] f32 added to the scores (TND: as mask); may be empty
   TensorView sinks;  // [Nq] f32: a per-head logit with no value, added to the softmax denominator
   float softcap = 0.0f;  // > 0: s = softcap * tanh(s / softcap), before bias and masks
 };

@@ -168,8 +168,6 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
     if (p.cu_seqlens_q.sizes[0] != p.cu_seqlens_kv.sizes[0])
       return Error(StatusCode::kInvalidArgument, op, ": cu_seqlens_q has ", p.cu_seqlens_q.sizes[0], " entries but cu_seqlens_kv ",
                    p.cu_seqlens_kv.sizes[0]);
-    if (!p.mask.empty() || !p.bias.empty())
-      return Error(StatusCode::kInvalidArgument, op, ": mask and bias are not supported with the TND layout");
   }
   *g = flash_geo_of(p);
   if (tnd) {
@@ -223,16 +221,25 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
                    ", got ", dtype_name(p.lse.dtype), " [", p.lse.sizes[0], ", ", p.lse.sizes[1], tnd ? "" : ", ",
                    tnd ? "" : std::to_string(p.lse.sizes[2]), "]");
   }
+  // TND: a mask / bias is per sequence, padded: [B|1, N|1, >= longest q, >= longest kv],
+  // indexed by positions within the sequence (as a padded batch's would be).
+  int64_t mq = g->Sq, mk = g->Skv;
+  if (tnd) {
+    mq = mk = 0;
+    for (int64_t b = 0; b < g->B; ++b)
+      mq = std::max<int64_t>(mq, g->cu_q[b + 1] - g->cu_q[b]), mk = std::max<int64_t>(mk, g->cu_kv[b + 1] - g->cu_kv[b]);
+  }
   for (const auto* t : {&p.mask, &p.bias}) {
     if (t->empty()) continue;
     const char* n = t == &p.mask ? "mask" : "bias";
     OPTX_RETURN_IF_ERROR(check_view(op, n, *t));
     if (t->rank != 4 || t->dtype != (t == &p.mask ? DType::kI8 : DType::kF32))
       return Error(StatusCode::kInvalidArgument, op, ": ", n, " must be ", t == &p.mask ? "i8" : "f32", " [B|1, N|1, Sq, Skv]");
-    if ((t->sizes[0] != 1 && t->sizes[0] != g->B) || (t->sizes[1] != 1 && t->sizes[1] != g->Nq) || t->sizes[2] != g->Sq ||
-        t->sizes[3] != g->Skv)
+    const bool rows_ok = tnd ? t->sizes[2] >= mq && t->sizes[3] >= mk : t->sizes[2] == mq && t->sizes[3] == mk;
+    if ((t->sizes[0] != 1 && t->sizes[0] != g->B) || (t->sizes[1] != 1 && t->sizes[1] != g->Nq) || !rows_ok)
       return Error(StatusCode::kInvalidArgument, op, ": ", n, ".sizes=[", t->sizes[0], ", ", t->sizes[1], ", ", t->sizes[2], ", ",
-                   t->sizes[3], "] must broadcast to [B=", g->B, ", Nq=", g->Nq, ", Sq=", g->Sq, ", Skv=", g->Skv, "]");
+                   t->sizes[3], "] must broadcast to [B=", g->B, ", Nq=", g->Nq, tnd ? ", Sq>=" : ", Sq=", mq, tnd ? ", Skv>=" : ", Skv=",
+                   mk, "]", tnd ? " (TND: per sequence, padded to the longest)" : "");
   }
   OPTX_RETURN_IF_ERROR(check_view(op, "sinks", p.sinks));
   if (!p.sinks.empty() && (p.sinks.rank != 1 || p.sinks.sizes[0] != g->Nq || p.sinks.dtype != DType::kF32 || !p.sinks.data))

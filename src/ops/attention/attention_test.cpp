@@ -73,6 +73,39 @@ TEST(FlashAttention, VarlenWithEmptySequences) {
   expect_all({c});
 }
 
+// TND with a mask / bias: per sequence, padded past the longest sequence (Sq, Skv here
+// are the padded sizes), indexed by positions within each sequence; every broadcast shape.
+TEST(FlashAttention, VarlenWithPaddedMaskAndBias) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int shape = 0; shape < 4; ++shape) {
+      FlashCase c;
+      c.dtype = dt, c.layout = AttnLayout::kTND, c.Nq = 4, c.Nkv = 2;
+      c.lens_q = {5, 0, 17, 3}, c.lens_kv = {9, 4, 17, 33};
+      c.Sq = 20, c.Skv = 36;  // padded: longest q 17, kv 33
+      c.B = 4;
+      c.mask = true, c.bias = shape != 3, c.causal = shape == 1;
+      c.mask_b = shape % 2 == 0, c.mask_h = shape >= 2, c.bias_b = shape != 0, c.bias_h = shape % 2 == 1;
+      cs.push_back(c);
+    }
+  expect_all(cs);
+  // A mask shorter than the longest sequence is an error naming the rule.
+  std::vector<float> q(6 * 2 * 8), k(6 * 2 * 8), out(6 * 2 * 8);
+  std::vector<int8_t> m(1 * 1 * 4 * 6, 1);
+  std::vector<int32_t> cq = {0, 1, 6}, ck = {0, 2, 6};
+  std::vector<uint8_t> ws(1 << 20);
+  FlashAttentionParams t{.q = make_view(q.data(), DType::kF32, {6, 2, 8}), .k = make_view(k.data(), DType::kF32, {6, 2, 8}),
+                         .v = make_view(k.data(), DType::kF32, {6, 2, 8}), .out = make_view(out.data(), DType::kF32, {6, 2, 8}),
+                         .layout = AttnLayout::kTND, .cu_seqlens_q = make_view(cq.data(), DType::kI32, {3}),
+                         .cu_seqlens_kv = make_view(ck.data(), DType::kI32, {3}), .mask = make_view(m.data(), DType::kI8, {1, 1, 4, 6})};
+  const Status st = flash_attention(t, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("mask.sizes=[1, 1, 4, 6] must broadcast to [B=2, Nq=2, Sq>=5, Skv>=4] (TND: per sequence"),
+            std::string::npos)
+      << st.message();
+  t.mask = make_view(m.data(), DType::kI8, {1, 1, 5, 4});
+  EXPECT_TRUE(flash_attention(t, {ws.data(), ws.size()}).ok());
+}
+
 TEST(FlashAttention, FullyMaskedRowsGiveZeroAndMinusInf) {
   // causal with Sq > Skv: rows 0..Sq-Skv-1 see nothing.
   std::vector<float> q(8 * 16, 1.0f), k(2 * 16, 1.0f), v(2 * 16, 3.0f), out(8 * 16, NAN), lse(8, 0.0f);
