@@ -30,13 +30,14 @@ void verify_flash(std::vector<verify::Record>& out) {
         c.dtype = dt, c.Sq = Sq, c.Skv = Skv, c.D = D, c.Dv = Dv, c.Nq = Nq, c.Nkv = Nkv, c.causal = causal;
         rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq + Skv)));
       }
-    // 4097 keys / queries (one head, D 64, so the double reference stays quick): a long
-    // causal prefix for 17 queries, and 4097 unmasked queries over 113 keys.
-    for (auto [Sq, Skv, causal] : {std::tuple{17, 4097, true}, {4097, 113, false}}) {
-      testutil::FlashCase c;
-      c.dtype = DType::kBF16, c.Sq = Sq, c.Skv = Skv, c.D = 64, c.Dv = 64, c.Nq = 1, c.Nkv = 1, c.causal = causal;
-      rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq * Skv)));
-    }
+    // 4097 keys / queries (a GQA pair of heads, D 64, so the double reference stays quick):
+    // a long causal prefix for 17 queries, and 4097 unmasked queries over 113 keys.
+    for (DType dt : {DType::kF32, DType::kBF16})
+      for (auto [Sq, Skv, causal] : {std::tuple{17, 4097, true}, {4097, 113, false}}) {
+        testutil::FlashCase c;
+        c.dtype = dt, c.Sq = Sq, c.Skv = Skv, c.D = 64, c.Dv = 64, c.Nq = 2, c.Nkv = 1, c.causal = causal;
+        rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq * Skv)));
+      }
     testutil::FlashCase c;  // masks, sinks, softcap, large logits, windows
     c.Sq = 33, c.Skv = 65, c.Nq = 4, c.Nkv = 1, c.mask = true, c.bias = true, c.sinks = true, c.softcap = 30.0f;
     rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, 3));
