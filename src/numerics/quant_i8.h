@@ -52,10 +52,10 @@ void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   for (int64_t i = 0; i < n; ++i) {
-    float r = (f(x[i]) * inv + kRound) - kRound;
-    r = r > -127.0f ? r : -127.0f;  // the operand order of max_ps / min_ps: one instruction each
-    r = r < 127.0f ? r : 127.0f;
-    q[i] = int8_t(int32_t(r));
+    // Integral after the rounding, so the truncating conversion is exact; the clamp runs
+    // on the integers (vpmaxsd / vpminsd: a float clamp compiled to compares and blends).
+    const float r = (f(x[i]) * inv + kRound) - kRound;
+    q[i] = int8_t(std::clamp(int32_t(r), -127, 127));
   }
   *scale = amax / 127.0f;
 }
