@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,8 +29,12 @@ namespace {
 // where std::nearbyint compiled to a libm call per element. (kv_cache_write to an i8
 // cache, 4096 tokens of two 1024-wide bf16 rows, one thread: 8.4 ms of libm and scalar
 // max -> see the kv_cache README.)
+// fp-contract=off: the ISA units are built with -mfma, and GCC's C++ default would fuse
+// x * inv + 1.5 * 2^23 into one FMA, whose single rounding gives another code than the
+// scalar unit and the reference where x * inv lies within half an ulp of a .5 (a row
+// {4.5, 2.25}: 2.25 * fl(127 / 4.5) = 63.4999981 rounds to 63.5 -> 64, fused -> 63).
 template <class T>
-void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
+[[gnu::optimize("fp-contract=off")]] void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>, "f32 or bf16 rows");
   constexpr bool kF32 = std::is_same_v<T, float>;
   using U = std::conditional_t<kF32, uint32_t, uint16_t>;
@@ -57,11 +62,14 @@ void quantize_row_i8(const T* x, int64_t n, int8_t* q, float* scale) {
   // the integers (vpmaxsd / vpminsd: a float clamp compiled to compares and blends). A row
   // with an inf or NaN (x * inv is then NaN somewhere, and converting NaN is undefined)
   // takes the loop that maps NaN to code 0 (its extra select cost 14% on finite rows).
-  if (finite) {
+  // max|x| below 127 / FLT_MAX makes 127 / max|x| overflow to inf: such a row scales by
+  // x / max|x| * 127 instead, in the same loop.
+  const bool inv_ok = inv <= FLT_MAX;
+  if (finite && inv_ok) {
     for (int64_t i = 0; i < n; ++i) q[i] = int8_t(std::clamp(int32_t((f(x[i]) * inv + kRound) - kRound), -127, 127));
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      const float y = f(x[i]) * inv;
+      const float y = inv_ok ? f(x[i]) * inv : f(x[i]) / amax * 127.0f;
       q[i] = int8_t(std::clamp(int32_t(((y == y ? y : 0.0f) + kRound) - kRound), -127, 127));
     }
   }

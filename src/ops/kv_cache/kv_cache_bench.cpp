@@ -247,7 +247,8 @@ void bench_gather(bench::Context& ctx) {
   KvBlockPool pool;
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = row, .planes = 2, .dtype = DType::kBF16}, &pool));
   for (int w = 0; w < 2; ++w) testing::fill_bf16(static_cast<uint16_t*>(pool.plane(w).data), S * row, rng, -2, 2);
-  // Each set's sequences take their own blocks: the rotation re-reads no block while it is cached.
+  // Each set draws its own random blocks (sets may share some): with the sets spanning the
+  // DRAM working set, a block comes back only after most of the rotation has passed.
   std::vector<std::vector<int32_t>> tables;
   for (int s = 0; s < sets; ++s) {
     const std::vector<int32_t> sl = paged_slots(total, S, rng);

@@ -29,7 +29,7 @@ struct WriteArgs {
   int64_t T = 0, row = 0;
   const void* slots = nullptr;
   bool slots64 = false;
-  bool stream = false;  // rows written total >= simd::kStreamMinBytes: non-temporal stores
+  bool stream = false;  // 2 x T x row x source bytes >= simd::kStreamMinBytes: non-temporal stores
   Plane k, v, k_cache, v_cache;  // k/v base null when absent
   int64_t slot(int64_t t) const { return load_index(slots, slots64, t); }
 };

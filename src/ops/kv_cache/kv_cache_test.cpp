@@ -258,7 +258,6 @@ TEST(KvCacheWrite, EveryImplementationAnyPlaneDtypeAndSkippedSlots) {
         }
 }
 
-// T = 0: valid, and writes nothing (through the public entry point and each implementation).
 // Non-finite values in an i8 write are defined, the same in every implementation: a NaN
 // is left out of max|x| and gets code 0; a row with an inf has scale inf and codes 0 (the
 // inf's too: inf * (127 / inf) is NaN).
@@ -289,6 +288,30 @@ TEST(KvCacheWrite, I8RowsWithNanAndInfAreDefined) {
   }
 }
 
+// Every implementation gives the reference's codes, including where x * (127 / max|x|)
+// is within half an ulp of a .5: 2.25 * fl(127 / 4.5) = 63.4999981 rounds to 63.5 -> 64
+// (an FMA of the product and the rounding constant gave 63 in the AVX units). Also a row
+// whose max|x| is so small that 127 / max|x| overflows (its codes keep their signs).
+TEST(KvCacheWrite, I8CodesEqualAcrossImplementations) {
+  const std::vector<float> rows = {4.5f, 2.25f, -2.25f, 1.125f, 1e-37f, -5e-38f, 0.0f, 2.5e-38f};
+  const std::vector<int8_t> want = {127, 64, -64, 32, 127, -64, 0, 32};  // by hand: x * 127 / max|x|, nearest even
+  const std::vector<int32_t> slots = {0, 1};
+  for (const auto* impl : write_registry().runnable()) {
+    std::vector<int8_t> kc(8, 99);
+    std::vector<float> ks(2, -1.0f);
+    WriteArgs a;
+    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(const_cast<float*>(rows.data()), DType::kF32, {2, 4}),
+                                           .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {2}),
+                                           .k_cache = make_view(kc.data(), DType::kI8, {2, 4}),
+                                           .k_scales = make_view(ks.data(), DType::kF32, {2})},
+                        &a)
+                    .ok());
+    ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
+    EXPECT_EQ(kc, want) << impl->name;
+  }
+}
+
+// T = 0: valid, and writes nothing (through the public entry point and each implementation).
 TEST(KvCacheWrite, ZeroTokensWriteNothing) {
   const int64_t row = 8, S = 4;
   std::vector<uint16_t> k(row), cache(S * row, 0x4400);

@@ -145,7 +145,9 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
   for (int64_t s = 0; s < c.num_slots; ++s)
     if (!written[size_t(s)])
       for (int64_t i = 0; i < CW; ++i)
-        if (cache.get(size_t(s * CW + i)) != 1024.0 || (c.i8 && (scales[size_t(s)] != 1024.0f || codes[size_t(s * c.rank + i % c.rank)] != 99))) {
+        if (cache.get(size_t(s * CW + i)) != 1024.0 || (c.i8 && (scales[size_t(s)] != 1024.0f ||
+                                                                 std::any_of(codes.begin() + s * c.rank, codes.begin() + (s + 1) * c.rank,
+                                                                             [](int8_t v) { return v != 99; })))) {
           o.cmp.pass = false;
           o.cmp.message = "slot " + std::to_string(s) + " was written but no token maps to it";
           return o;
