@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "optx/runtime.h"
 #include "optx/status.h"
 
@@ -70,6 +71,14 @@ class Registry {
         return Status::Ok();
       }
     return Error(StatusCode::kInternal, op_, ": no runnable implementation");
+  }
+
+  // select(), and with OPTX_VERBOSE=1 the line naming what runs: what an op calls before
+  // it runs its implementation.
+  Status select_to_run(const Impl<Fn>** out) const {
+    if (Status st = select(out); !st.ok()) return st;
+    if (verbose()) log_verbose(std::string(op_) + ": running implementation '" + (*out)->name + "'");
+    return Status::Ok();
   }
 
   std::string selected_name() const {

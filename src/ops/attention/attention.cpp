@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/log.h"
 #include "core/validate.h"
 #include "ops/attention/attention_internal.h"
 
@@ -778,9 +777,8 @@ size_t mla_decode_attention_workspace_size(const MlaDecodeParams& p) { return at
 namespace {
 const attn_detail::Kernels* pick(const dispatch::Registry<attn_detail::KernelsFn>& reg, Status* st) {
   const dispatch::Impl<attn_detail::KernelsFn>* impl = nullptr;
-  *st = reg.select(&impl);
+  *st = reg.select_to_run(&impl);
   if (!st->ok()) return nullptr;
-  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
   return &impl->fn();
 }
 }  // namespace

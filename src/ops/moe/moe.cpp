@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/log.h"
 #include "dispatch/registry.h"
 #include "numerics/quant_i8.h"
 #include "ops/moe/moe_internal.h"
@@ -175,8 +174,7 @@ const dispatch::Registry<GatingFn>& topk_softmax_registry() {
 Status gating(const dispatch::Registry<GatingFn>& reg, const MoeGatingParams& p) {
   OPTX_RETURN_IF_ERROR(check_gating(reg.op(), p));
   const dispatch::Impl<GatingFn>* impl = nullptr;
-  OPTX_RETURN_IF_ERROR(reg.select(&impl));
-  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  OPTX_RETURN_IF_ERROR(reg.select_to_run(&impl));
   return impl->fn(p);
 }
 

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <string>
 
-#include "core/log.h"
 #include "core/parallel.h"
 #include "ops/norm/norm_internal.h"
 
@@ -81,8 +80,7 @@ Status run(const dispatch::Registry<NormFn>& reg, const P& p) {
   Rows r;
   OPTX_RETURN_IF_ERROR(to_rows(p, &r));
   const dispatch::Impl<NormFn>* impl = nullptr;
-  OPTX_RETURN_IF_ERROR(reg.select(&impl));
-  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  OPTX_RETURN_IF_ERROR(reg.select_to_run(&impl));
   return impl->fn(r);
 }
 

@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "core/log.h"
 #include "core/validate.h"
 #include "ops/rope/rope_internal.h"
 
@@ -141,8 +140,7 @@ Status rope(const RopeParams& p, Workspace) {
   rope_detail::Args a;
   OPTX_RETURN_IF_ERROR(rope_detail::to_args(p, &a));
   const dispatch::Impl<rope_detail::RopeFn>* impl = nullptr;
-  OPTX_RETURN_IF_ERROR(rope_detail::registry().select(&impl));
-  if (verbose()) log_verbose(std::string("rope: running implementation '") + impl->name + "'");
+  OPTX_RETURN_IF_ERROR(rope_detail::registry().select_to_run(&impl));
   return impl->fn(a);
 }
 
