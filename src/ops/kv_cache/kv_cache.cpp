@@ -8,7 +8,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/log.h"
 #include "core/parallel.h"
 #include "core/validate.h"
 #include "ops/kv_cache/kv_cache_internal.h"
@@ -67,23 +66,16 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
 // about four per thread, claimed as the threads go. Against fixed halves, MLA T = 4096
 // bf16 2 threads, alternating in one process, nine runs: 0.96-0.99x the time when the two
 // cores ran at one speed, 0.63-0.92x when one lagged.
+// The same for every op of the family: tokens, or for a gather output rows (a range finds
+// its first sequence by a scan of seq_lens).
+inline int64_t items(const MlaArgs& a) { return a.T; }
+inline int64_t items(const QkvArgs& a) { return a.T; }
+inline int64_t items(const WriteArgs& a) { return a.T; }
+inline int64_t items(const GatherArgs& a) { return a.total; }
 template <class A, void (*Kernels::*Member)(const A&, int64_t, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
-  parallel_chunks(a.T, 32, 4, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
-  return Status::Ok();
-}
-
-// kv_cache_write and gather_pa_kv_cache: contiguous ranges claimed as the threads go, as
-// run_tokens (a gather range finds its first sequence by a scan of seq_lens).
-template <const Kernels& (*K)()>
-Status write_run(const WriteArgs& a) {
-  parallel_chunks(a.T, 32, 4, [&](int64_t t0, int64_t t1) { K().write_tokens(a, t0, t1); });
-  return Status::Ok();
-}
-template <const Kernels& (*K)()>
-Status gather_run(const GatherArgs& a) {
-  parallel_chunks(a.total, 32, 4, [&](int64_t r0, int64_t r1) { K().gather_rows(a, r0, r1); });
+  parallel_chunks(items(a), 32, 4, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
   return Status::Ok();
 }
 
@@ -104,8 +96,7 @@ Status run(const dispatch::Registry<Fn>& reg, const P& p) {
   A a;
   OPTX_RETURN_IF_ERROR(to_args(p, &a));
   const dispatch::Impl<Fn>* impl = nullptr;
-  OPTX_RETURN_IF_ERROR(reg.select(&impl));
-  if (verbose()) log_verbose(std::string(reg.op()) + ": running implementation '" + impl->name + "'");
+  OPTX_RETURN_IF_ERROR(reg.select_to_run(&impl));
   return impl->fn(a);
 }
 
@@ -334,16 +325,16 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
 
 // ---- registries ------------------------------------------------------------------------------
 const dispatch::Registry<WriteFn>& write_registry() {
-  static const dispatch::Registry<WriteFn> r("kv_cache_write", {{"avx512", Isa::kAvx512, write_run<kernels_avx512>},
-                                                                 {"avx2", Isa::kAvx2, write_run<kernels_avx2>},
-                                                                 {"scalar", Isa::kScalar, write_run<kernels_scalar>},
+  static const dispatch::Registry<WriteFn> r("kv_cache_write", {{"avx512", Isa::kAvx512, run_tokens<WriteArgs, &Kernels::write_tokens, kernels_avx512>},
+                                                                 {"avx2", Isa::kAvx2, run_tokens<WriteArgs, &Kernels::write_tokens, kernels_avx2>},
+                                                                 {"scalar", Isa::kScalar, run_tokens<WriteArgs, &Kernels::write_tokens, kernels_scalar>},
                                                                  {"reference", Isa::kScalar, write_reference}});
   return r;
 }
 const dispatch::Registry<GatherFn>& gather_registry() {
-  static const dispatch::Registry<GatherFn> r("gather_pa_kv_cache", {{"avx512", Isa::kAvx512, gather_run<kernels_avx512>},
-                                                                      {"avx2", Isa::kAvx2, gather_run<kernels_avx2>},
-                                                                      {"scalar", Isa::kScalar, gather_run<kernels_scalar>},
+  static const dispatch::Registry<GatherFn> r("gather_pa_kv_cache", {{"avx512", Isa::kAvx512, run_tokens<GatherArgs, &Kernels::gather_rows, kernels_avx512>},
+                                                                      {"avx2", Isa::kAvx2, run_tokens<GatherArgs, &Kernels::gather_rows, kernels_avx2>},
+                                                                      {"scalar", Isa::kScalar, run_tokens<GatherArgs, &Kernels::gather_rows, kernels_scalar>},
                                                                       {"reference", Isa::kScalar, gather_reference}});
   return r;
 }
