@@ -258,6 +258,26 @@ TEST(KvCacheWrite, EveryImplementationAnyPlaneDtypeAndSkippedSlots) {
         }
 }
 
+// f32 rows [T, row] written by one implementation into an i8 cache of S slots (codes
+// start at 99, scales at -1), k plane only.
+struct I8Write {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+};
+I8Write write_i8(const dispatch::Impl<WriteFn>& impl, const std::vector<float>& rows, int64_t T, int64_t row,
+                 const std::vector<int32_t>& slots, int64_t S) {
+  I8Write w{std::vector<int8_t>(size_t(S * row), 99), std::vector<float>(size_t(S), -1.0f)};
+  WriteArgs a;
+  EXPECT_TRUE(to_args(KvCacheWriteParams{.k = make_view(const_cast<float*>(rows.data()), DType::kF32, {T, row}),
+                                         .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {T}),
+                                         .k_cache = make_view(w.codes.data(), DType::kI8, {S, row}),
+                                         .k_scales = make_view(w.scales.data(), DType::kF32, {S})},
+                      &a)
+                  .ok());
+  EXPECT_TRUE(impl.fn(a).ok()) << impl.name;
+  return w;
+}
+
 // Non-finite values in an i8 write are defined, the same in every implementation: a NaN
 // is left out of max|x| and gets code 0; a row with an inf has scale inf and codes 0 (the
 // inf's too: inf * (127 / inf) is NaN).
@@ -268,16 +288,7 @@ TEST(KvCacheWrite, I8RowsWithNanAndInfAreDefined) {
   k[5] = NAN, k[size_t(row + 9)] = INFINITY;
   const std::vector<int32_t> slots = {2, 0};
   for (const auto* impl : write_registry().runnable()) {
-    std::vector<int8_t> kc(size_t(S * row), 99);
-    std::vector<float> ks(size_t(S), -1.0f);
-    WriteArgs a;
-    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), DType::kF32, {T, row}),
-                                           .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {T}),
-                                           .k_cache = make_view(kc.data(), DType::kI8, {S, row}),
-                                           .k_scales = make_view(ks.data(), DType::kF32, {S})},
-                        &a)
-                    .ok());
-    ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
+    const auto [kc, ks] = write_i8(*impl, k, T, row, slots, S);
     EXPECT_EQ(ks[2], 4.5f / 127.0f) << impl->name;
     for (int64_t i = 0; i < row; ++i) {
       const int want = i == 5 ? 0 : int(std::nearbyint(double(k[size_t(i)]) * 127.0 / 4.5));
@@ -296,19 +307,7 @@ TEST(KvCacheWrite, I8CodesEqualAcrossImplementations) {
   const std::vector<float> rows = {4.5f, 2.25f, -2.25f, 1.125f, 1e-37f, -5e-38f, 0.0f, 2.5e-38f};
   const std::vector<int8_t> want = {127, 64, -64, 32, 127, -64, 0, 32};  // by hand: x * 127 / max|x|, nearest even
   const std::vector<int32_t> slots = {0, 1};
-  for (const auto* impl : write_registry().runnable()) {
-    std::vector<int8_t> kc(8, 99);
-    std::vector<float> ks(2, -1.0f);
-    WriteArgs a;
-    ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(const_cast<float*>(rows.data()), DType::kF32, {2, 4}),
-                                           .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {2}),
-                                           .k_cache = make_view(kc.data(), DType::kI8, {2, 4}),
-                                           .k_scales = make_view(ks.data(), DType::kF32, {2})},
-                        &a)
-                    .ok());
-    ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
-    EXPECT_EQ(kc, want) << impl->name;
-  }
+  for (const auto* impl : write_registry().runnable()) EXPECT_EQ(write_i8(*impl, rows, 2, 4, slots, 2).codes, want) << impl->name;
 }
 
 // T = 0: valid, and writes nothing (through the public entry point and each implementation).
