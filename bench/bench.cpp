@@ -71,6 +71,13 @@ std::vector<Timing> timings_of(std::vector<std::vector<double>>& ms) {
 // One implementation is the interleaved loop of one (same warm-up, repetitions and time).
 Timing Context::time_it(const std::function<void()>& fn) const { return time_interleaved({fn})[0]; }
 
+void Context::add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
+                              const std::function<void()>& basic_fn, double flops, double bytes) const {
+  const auto t = time_interleaved({optx_fn, basic_fn});
+  add(optx, t[0], flops, bytes);
+  add(basic, t[1], flops, bytes);
+}
+
 std::vector<Timing> Context::time_interleaved(const std::vector<std::function<void()>>& fns) const {
   const double w0 = now_s();
   for (const auto& f : fns) f();  // warm-up: first touch, caches, thread pool, AMX power-up

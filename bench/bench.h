@@ -64,6 +64,10 @@ struct Context {
   std::vector<Timing> time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const;
   // Fills throughput from flops / bytes and the timing, and the share of the floor.
   void add(Record r, const Timing& t, double flops, double bytes) const;
+  // The usual side-by-side case: optx and basic timed interleaved, both rows added with
+  // the same flops and bytes.
+  void add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
+                       const std::function<void()>& basic_fn, double flops, double bytes) const;
 };
 
 // Every op call in a bench goes through check(): the first error since the last row is

@@ -81,9 +81,7 @@ void bench_flash(bench::Context& ctx, int64_t S) {
       bench::check(gemm(c, {gws.data(), gws.size()}));
     }
   };
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
-  ctx.add(r, tm[0], flops, 0);
-  ctx.add(b, tm[1], flops, 0);
+  ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0);
 }
 
 // Shuffled block ids for `copies` disjoint sets of B sequences' block tables.

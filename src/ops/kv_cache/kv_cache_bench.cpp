@@ -130,9 +130,7 @@ void bench_mla(bench::Context& ctx) {
     ROWS std::memcpy(cache + int64_t(slots[s][size_t(t)]) * W, cat.data() + t * W, size_t(W) * 2);
 #undef ROWS
   };
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
-  ctx.add(r, tm[0], 0, bytes);
-  ctx.add(bb, tm[1], 0, bytes);
+  ctx.add_interleaved(r, optx_fn, bb, basic_fn, 0, bytes);
 }
 
 void bench_qkv(bench::Context& ctx) {
@@ -232,9 +230,7 @@ void bench_write(bench::Context& ctx, bool i8) {
       }
     }
   };
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
-  ctx.add(r, tm[0], 0, bytes);
-  ctx.add(bb, tm[1], 0, bytes);
+  ctx.add_interleaved(r, optx_fn, bb, basic_fn, 0, bytes);
 }
 
 // gather_pa_kv_cache: 4 sequences of 4096 tokens (64-slot blocks scattered over the pool)
@@ -286,9 +282,7 @@ void bench_gather(bench::Context& ctx) {
       }
     }
   };
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
-  ctx.add(r, tm[0], 0, bytes);
-  ctx.add(bb, tm[1], 0, bytes);
+  ctx.add_interleaved(r, optx_fn, bb, basic_fn, 0, bytes);
 }
 
 void bench_kv(bench::Context& ctx) {

@@ -65,9 +65,7 @@ void bench_rope(bench::Context& ctx) {
 #pragma omp parallel for num_threads(th)
     for (int64_t r_ = 0; r_ < T * H; ++r_) bench::basic::add_bf16(a.data() + r_ * D, b.data() + r_ * D, xs + r_ * D, D);
   };
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
-  ctx.add(r, tm[0], 0, bytes);
-  ctx.add(bb, tm[1], 0, bytes);
+  ctx.add_interleaved(r, optx_fn, bb, basic_fn, 0, bytes);
 }
 
 OPTX_REGISTER_BENCH("rope", bench_rope);
