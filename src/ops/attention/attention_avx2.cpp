@@ -12,7 +12,7 @@ using simd_type = simd::Avx2;
 
 namespace optx::attn_detail {
 const Kernels& kernels_avx2() {
-  static const Kernels k{avx2::run_job};
+  static const Kernels k{avx2::run_job, true};
   return k;
 }
 }  // namespace optx::attn_detail

@@ -8,9 +8,18 @@
 #endif
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "numerics/online_softmax.h"
 #include "ops/attention/attention_internal.h"
+
+// AVX2 units (not the AVX-512 ones, which have their own bf16 kernels): bf16 tiles.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define OPTX_ATTN_BF16_TILES 1
+#include "ops/attention/attention_avx2_bf16_inl.h"
+#else
+#define OPTX_ATTN_BF16_TILES 0
+#endif
 
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
@@ -117,10 +126,16 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
   numerics::SoftmaxState st[kMaxRows];
+  // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
+  constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
+  [[maybe_unused]] const bool tiles = kTiles && c.D % 16 == 0 && c.Dv % 16 == 0;
   for (int r = 0; r < R; ++r) {
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
     std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
+#if OPTX_ATTN_BF16_TILES
+    if (tiles) swap_quads16(qf + r * Dp, c.D);
+#endif
   }
   // Keys beyond every row's causal / window reach are never visited.
   int64_t lo = j.kv_begin, hi = j.kv_end;
@@ -134,34 +149,69 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     if (c.window_right >= 0) hi = std::min(hi, dmax + c.window_right + 1);
     if (c.window_left >= 0) lo = std::max(lo, dmin - c.window_left);
   }
-  // Row addresses of this block and the next: keys are prefetched kPrefetchKeys ahead.
-  // A job reads one head's slice of each cache row, rows a whole slot apart, which the
-  // hardware prefetchers do not follow: without this, decode waited on DRAM per key.
+  // Row addresses of this block and the next. A job reads one head's slice of each cache
+  // row, rows a whole slot apart, which the hardware prefetchers do not follow: without
+  // software prefetches decode waited on DRAM per key. The bf16 tiles spread the next
+  // block's over their steps (PrefetchCursor); the rest prefetch kPrefetchKeys ahead.
   constexpr int64_t kPrefetchKeys = 16;
   const void* kp[2 * kKvBlock];
   const void* vp[2 * kKvBlock];
-  const int64_t k_lines = (c.D * int64_t(sizeof(T)) + 63) / 64, v_lines = (c.Dv * int64_t(sizeof(T)) + 63) / 64;
+  // Job::groups runs of rows, run g reading its KV head's slice, g * k_goff / v_goff values
+  // into each row: a job over all KV heads reads whole rows in address order.
+  const int G = j.groups, Rg = R / G;
+  const int64_t k_span = (G - 1) * j.k_goff + c.D, v_span = (G - 1) * j.v_goff + c.Dv;
+  const int64_t k_lines = (k_span * int64_t(sizeof(T)) + 63) / 64, v_lines = (v_span * int64_t(sizeof(T)) + 63) / 64;
+  const void* slice[kKvBlock];
+  auto slices = [&slice](const void* const* rows, int64_t off, int64_t n) -> const void* const* {
+    if (off == 0) return rows;
+    for (int64_t jj = 0; jj < n; ++jj) slice[jj] = static_cast<const T*>(rows[jj]) + off;
+    return slice;
+  };
   if (lo < hi) j.kv.rows(lo, std::min(kKvBlock, hi - lo), c.bf16, kp, vp, DequantRow{});
   for (int64_t kb = lo; kb < hi; kb += kKvBlock) {
     const int64_t n = std::min(kKvBlock, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(kKvBlock, hi - kb - kKvBlock));
     if (n_next) j.kv.rows(kb + kKvBlock, n_next, c.bf16, kp + kKvBlock, vp + kKvBlock, DequantRow{});
-    for (int64_t jj = 0; jj < n; ++jj) {
-      if (jj + kPrefetchKeys < n + n_next) {
+#if OPTX_ATTN_BF16_TILES
+    PrefetchCursor pf;
+    if (tiles && c.kv_once) {
+      pf = {kp + kKvBlock, vp + kKvBlock, n_next, k_lines, v_lines};
+      const int64_t steps = G * (score_steps(Rg, n) + pv_steps(Rg, c.Dv));
+      pf.per_step = (n_next * (k_lines + v_lines) + steps - 1) / steps;
+    }
+#endif
+    if (!tiles && c.kv_once)
+      for (int64_t jj = 0; jj + kPrefetchKeys < n + n_next && jj < n; ++jj) {
         const char* pk = static_cast<const char*>(kp[jj + kPrefetchKeys]);
         const char* pv = static_cast<const char*>(vp[jj + kPrefetchKeys]);
         for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(pk + 64 * l);
         for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
       }
+    for (int g = 0; g < G; ++g) {
+      const void* const* kg = slices(kp, g * j.k_goff, n);
+#if OPTX_ATTN_BF16_TILES
+      if (tiles) {
+        scores_bf16_rows(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, S + g * Rg * kKvBlock, pf);
+        continue;
+      }
+#endif
+      for (int r = g * Rg; r < (g + 1) * Rg; ++r)
+        for (int64_t jj = 0; jj < n; ++jj) S[r * kKvBlock + jj] = dot<V>(qf + r * Dp, static_cast<const T*>(kg[jj]), c.D);
     }
-    for (int r = 0; r < R; ++r)
-      for (int64_t jj = 0; jj < n; ++jj) S[r * kKvBlock + jj] = dot<V>(qf + r * Dp, static_cast<const T*>(kp[jj]), c.D);
     // Softcap, bias, masks; then per row the online-softmax update of the block.
     bool any = false;
     for (int r = 0; r < R; ++r) {
       const Row& row = j.rows[r];
       float* s = S + r * kKvBlock;
       float bmax = -INFINITY;
+      if (c.softcap == 0.0f && !row.bias && !row.mask && visible(c, row.qpos, j.offset, kb) &&
+          visible(c, row.qpos, j.offset, kb + n - 1)) {  // visibility is an interval of keys
+        auto vmax = V::set1(-INFINITY);
+        int64_t jj = 0;
+        for (; jj + V::W <= n; jj += V::W) vmax = V::max(vmax, V::load(s + jj));
+        bmax = V::reduce_max(vmax);
+        for (; jj < n; ++jj) bmax = std::max(bmax, s[jj]);
+      } else
       for (int64_t jj = 0; jj < n; ++jj) {
         const int64_t key = kb + jj;
         float x = s[jj];
@@ -196,11 +246,26 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       }
       st[r].l += V::reduce(sum) + tail;
     }
-    if (any)
-      for (int r = 0; r < R; ++r) pv_block<V, T>(S + r * kKvBlock, vp, n, c.Dv, acc + r * Dvp);
+    for (int g = 0; any && g < G; ++g) {
+      const void* const* vg = slices(vp, g * j.v_goff, n);
+#if OPTX_ATTN_BF16_TILES
+      if (tiles) {
+        pv_bf16_rows(Rg, S + g * Rg * kKvBlock, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf);
+        continue;
+      }
+#endif
+      for (int r = g * Rg; r < (g + 1) * Rg; ++r) pv_block<V, T>(S + r * kKvBlock, vg, n, c.Dv, acc + r * Dvp);
+    }
+#if OPTX_ATTN_BF16_TILES
+    pf.rest();
+#endif
     std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
     std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
   }
+#if OPTX_ATTN_BF16_TILES
+  if (tiles)
+    for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
+#endif
   for (int r = 0; r < R; ++r) {
     const Row& row = j.rows[r];
     numerics::SoftmaxState s = st[r];

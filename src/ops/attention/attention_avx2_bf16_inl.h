@@ -1,0 +1,164 @@
+// bf16 score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
+// run_job_t (attention_kernels_inl.h) when D and Dv are multiples of 16.
+//
+// Why not the generic per-(row, key) dot: it widens each K row once per query row and
+// ends every dot in a horizontal sum, ~3x the multiply-adds' own cost. Here a tile of up to
+// 4 rows x 2 keys keeps 8 accumulators in registers, so each K chunk is widened once per
+// 4 rows and 8 dot products share one reduction tree; P·V keeps 4 rows x 16 columns of O
+// in registers across a block's keys.
+//
+// Widening: bf16 -> f32 is the 16-bit value in the high half of a dword. unpacklo /
+// unpackhi with zero do that for 16 values in two uops (vpmovzx + shift per 8 takes four),
+// but per 128-bit lane, so a 16-value chunk comes out as [0-3, 8-11] and [4-7, 12-15]. The
+// q rows and the O accumulators are kept in that order (swap_quads16), and O is put back
+// in order once per job.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including attention_avx2_bf16_inl.h"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace optx::attn_detail::OPTX_ISA_NS {
+namespace {
+
+// The next block's rows, prefetched a few lines at a time from inside the tile loops.
+// Issued in one burst, a block's prefetches (up to 4096 lines with all KV heads in a job)
+// wait for the core's ~24 miss buffers while the tile work behind them waits too: memory
+// and compute took turns (one core: 3 GB/s from DRAM against 11.5 with the cache in L2).
+// Spread over the block's tile steps, the lines arrive while the multiply-adds run. Walks
+// K's rows, then V's, each row's lines in address order.
+struct PrefetchCursor {
+  const void* const* k = nullptr;
+  const void* const* v = nullptr;
+  int64_t n = 0, k_lines = 0, v_lines = 0;
+  int64_t per_step = 0;  // lines per step(); 0: nothing to prefetch
+  int64_t key = 0, line = 0;
+  OPTX_ALWAYS_INLINE void step() {
+    for (int64_t i = 0; i < per_step && key < 2 * n; ++i) {
+      const bool is_k = key < n;
+      const char* row = static_cast<const char*>(is_k ? k[key] : v[key - n]);
+      __builtin_prefetch(row + 64 * line, 0, 2);
+      if (++line == (is_k ? k_lines : v_lines)) line = 0, ++key;
+    }
+  }
+  void rest() {
+    per_step = INT64_MAX;
+    step();
+  }
+};
+
+// x[0, n) (n a multiple of 16): each 16-value chunk's middle quads swapped, [0-3, 8-11,
+// 4-7, 12-15]; its own inverse.
+OPTX_ALWAYS_INLINE void swap_quads16(float* x, int64_t n) {
+  for (int64_t d = 0; d < n; d += 16) {
+    const __m256 a = _mm256_loadu_ps(x + d), b = _mm256_loadu_ps(x + d + 8);
+    _mm256_storeu_ps(x + d, _mm256_permute2f128_ps(a, b, 0x20));
+    _mm256_storeu_ps(x + d + 8, _mm256_permute2f128_ps(a, b, 0x31));
+  }
+}
+
+// 16 bf16 values -> f32 in swap_quads16 order: lo = [0-3, 8-11], hi = [4-7, 12-15].
+OPTX_ALWAYS_INLINE void widen16(const uint16_t* p, __m256& lo, __m256& hi) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i z = _mm256_setzero_si256();
+  lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
+  hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
+}
+
+// The sums of 8 vectors, in order, in one vector.
+OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
+  const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 y = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+// S[r * kKvBlock + jj] = q_r . k_jj for NR rows (f32, stride Dp, swap_quads16 order) and
+// keys jj < n, two keys at a time (an odd last key is paired with itself).
+template <int NR>
+void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S, PrefetchCursor& pf) {
+  for (int64_t jj = 0; jj < n; jj += 2) {
+    pf.step();
+    const uint16_t* k0 = static_cast<const uint16_t*>(kp[jj]);
+    const uint16_t* k1 = static_cast<const uint16_t*>(kp[jj + 1 < n ? jj + 1 : jj]);
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      __m256 a_lo, a_hi, b_lo, b_hi;
+      widen16(k0 + d, a_lo, a_hi);
+      widen16(k1 + d, b_lo, b_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m256 q_lo = _mm256_loadu_ps(q + r * Dp + d), q_hi = _mm256_loadu_ps(q + r * Dp + d + 8);
+        acc[2 * r] = _mm256_fmadd_ps(a_hi, q_hi, _mm256_fmadd_ps(a_lo, q_lo, acc[2 * r]));
+        acc[2 * r + 1] = _mm256_fmadd_ps(b_hi, q_hi, _mm256_fmadd_ps(b_lo, q_lo, acc[2 * r + 1]));
+      }
+    }
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sum8(acc));
+    for (int r = 0; r < NR; ++r) {
+      S[r * kKvBlock + jj] = s[2 * r];
+      if (jj + 1 < n) S[r * kKvBlock + jj + 1] = s[2 * r + 1];
+    }
+  }
+}
+
+// acc_r[0, Dv) (stride Dvp, swap_quads16 order) += sum_jj P[r * kKvBlock + jj] * v_jj for
+// NR rows: 16 columns of all NR rows stay in registers over the block's keys.
+template <int NR>
+void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
+  for (int64_t d = 0; d < Dv; d += 16) {
+    __m256 o[2 * NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      o[2 * r] = _mm256_loadu_ps(acc + r * Dvp + d);
+      o[2 * r + 1] = _mm256_loadu_ps(acc + r * Dvp + d + 8);
+    }
+    pf.step();
+    for (int64_t jj = 0; jj < n; ++jj) {
+      __m256 v_lo, v_hi;
+      widen16(static_cast<const uint16_t*>(vp[jj]) + d, v_lo, v_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m256 p = _mm256_broadcast_ss(P + r * kKvBlock + jj);
+        o[2 * r] = _mm256_fmadd_ps(p, v_lo, o[2 * r]);
+        o[2 * r + 1] = _mm256_fmadd_ps(p, v_hi, o[2 * r + 1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      _mm256_storeu_ps(acc + r * Dvp + d, o[2 * r]);
+      _mm256_storeu_ps(acc + r * Dvp + d + 8, o[2 * r + 1]);
+    }
+  }
+}
+
+// All R rows, four at a time; steps of the score tiles / P·V for PrefetchCursor.
+inline int64_t score_steps(int R, int64_t n) { return (R + 3) / 4 * ((n + 1) / 2); }
+inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
+inline void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S,
+                             PrefetchCursor& pf) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) scores_bf16<4>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf);
+  switch (R - r) {
+    case 3: scores_bf16<3>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 2: scores_bf16<2>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 1: scores_bf16<1>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    default: break;
+  }
+}
+
+inline void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
+                         PrefetchCursor& pf) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) pv_bf16<4>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf);
+  switch (R - r) {
+    case 3: pv_bf16<3>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    case 2: pv_bf16<2>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    case 1: pv_bf16<1>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    default: break;
+  }
+}
+
+}  // namespace
+}  // namespace optx::attn_detail::OPTX_ISA_NS
