@@ -208,11 +208,11 @@ struct Config {
   bool kv_once = true;
 };
 
-// Scratch floats one job needs: the vector kernel's q rows, accumulators and one block
-// of scores, or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
+// Scratch floats one job needs: the vector kernel's q rows, accumulators, one block
+// of scores and one of staged bf16 K / V rows, or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
   const int64_t pad = 16;
-  const int64_t vec = kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock);
+  const int64_t vec = kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock) + kKvBlock * (D + Dv) / 2;
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
 }

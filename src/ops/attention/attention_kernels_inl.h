@@ -125,10 +125,19 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
+  // bf16 tiles with K / V reused by other jobs: the block's rows copied contiguously.
+  [[maybe_unused]] uint16_t* stage = reinterpret_cast<uint16_t*>(scratch + kMaxRows * (Dp + Dvp + kKvBlock));  // kKvBlock x (D + Dv)
   numerics::SoftmaxState st[kMaxRows];
   // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
   constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = kTiles && c.D % 16 == 0 && c.Dv % 16 == 0;
+  // Prefill reads each block from L1 once per 4 rows and once per 16 P·V columns, and its
+  // rows sit a token apart (H * D values: 4 KiB at 16 heads of 128), so a block's 64 rows
+  // share a few L1 sets and evict each other between those passes (20% of flash's samples
+  // sat on V loads). Contiguous, a block's K and V (32 KiB at D = 128) stay in L1.
+  [[maybe_unused]] const bool staged = tiles && !c.kv_once && j.groups == 1;
+  [[maybe_unused]] const void* kst[kKvBlock];
+  [[maybe_unused]] const void* vst[kKvBlock];
   for (int r = 0; r < R; ++r) {
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
@@ -187,8 +196,21 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(pk + 64 * l);
         for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
       }
+    const void* const* kcur = kp;
+    const void* const* vcur = vp;
+#if OPTX_ATTN_BF16_TILES
+    if (staged) {
+      for (int64_t jj = 0; jj < n; ++jj) {
+        uint16_t* ks = stage + jj * (c.D + c.Dv);
+        copy16(static_cast<const uint16_t*>(kp[jj]), c.D, ks);
+        copy16(static_cast<const uint16_t*>(vp[jj]), c.Dv, ks + c.D);
+        kst[jj] = ks, vst[jj] = ks + c.D;
+      }
+      kcur = kst, vcur = vst;
+    }
+#endif
     for (int g = 0; g < G; ++g) {
-      const void* const* kg = slices(kp, g * j.k_goff, n);
+      const void* const* kg = slices(kcur, g * j.k_goff, n);
 #if OPTX_ATTN_BF16_TILES
       if (tiles) {
         scores_bf16_rows(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, S + g * Rg * kKvBlock, pf);
@@ -247,7 +269,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       st[r].l += V::reduce(sum) + tail;
     }
     for (int g = 0; any && g < G; ++g) {
-      const void* const* vg = slices(vp, g * j.v_goff, n);
+      const void* const* vg = slices(vcur, g * j.v_goff, n);
 #if OPTX_ATTN_BF16_TILES
       if (tiles) {
         pv_bf16_rows(Rg, S + g * Rg * kKvBlock, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf);
