@@ -97,6 +97,63 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   }
 }
 
+// Single-row decode (M = 1): the 6-row kernel walks a panel as four 16-column passes, so
+// each pass reads one line in four of the panel (512 KiB at K = 4096, bf16) and the
+// panel comes from DRAM four times over or is fetched in pieces the prefetchers do not
+// follow. Here each panel's k rows are read whole and in address order (8 accumulators
+// for 64 columns), one panel after the other, and a software prefetch runs kAheadBytes
+// ahead of the stream. Row: widens one k row (or bf16 k pair) into the accumulators.
+constexpr int64_t kAheadBytes = 4096;
+template <class Row>
+OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int64_t step, int64_t row_bytes, Row row) {
+  for (int p = 0; p < 4; ++p) {
+    __m256 c[8];
+    for (auto& x : c) x = _mm256_setzero_ps();
+    const char* b = static_cast<const char*>(g.b[p]);
+    for (int64_t k = 0; k < g.kc; k += step) {
+      const char* bk = b + (k / step) * row_bytes;
+      for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(bk + kAheadBytes + l, _MM_HINT_T0);
+      row(bk, k, c);
+    }
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(g.acc + p * kNR + 8 * i, c[i]);
+  }
+}
+
+void gemv4_f32(const Gemv4Args& g) {
+  gemv_panels(g, 1, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[8]) {
+    const __m256 av = _mm256_broadcast_ss(g.a + k * kMR);
+    const float* b = reinterpret_cast<const float*>(bk);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) c[i] = _mm256_fmadd_ps(av, _mm256_load_ps(b + 8 * i), c[i]);
+  });
+}
+
+// A pair row holds one dword (even k | odd k << 16) per column, in column order: the
+// 32-byte piece i is columns 8i .. 8i + 7.
+void gemv4_bf16b(const Gemv4Args& g) {
+  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
+  gemv_panels(g, 2, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[8]) {  // k even; odd K reads the zero pad
+    const __m256 a0 = _mm256_broadcast_ss(g.a + k * kMR), a1 = _mm256_broadcast_ss(g.a + (k + 1) * kMR);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i));
+      c[i] = _mm256_fmadd_ps(a0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), c[i]);
+      c[i] = _mm256_fmadd_ps(a1, _mm256_castsi256_ps(_mm256_and_si256(v, hi)), c[i]);
+    }
+  });
+}
+
+void gemv4_i8b(const Gemv4Args& g) {
+  gemv_panels(g, 1, kNR, [&](const char* bk, int64_t k, __m256 (&c)[8]) {
+    const __m256 av = _mm256_broadcast_ss(g.a + k * kMR);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bk + 8 * i));
+      c[i] = _mm256_fmadd_ps(av, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), c[i]);
+    }
+  });
+}
+
 #define OPTX_DISPATCH_M(...)                    \
   switch (m) {                                  \
     case 1: return __VA_ARGS__<1>(kc, a, b, acc, accumulate); \
@@ -135,8 +192,9 @@ void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc,
 
 namespace optx::gemm_detail {
 const KernelTable& kernels_avx2() {
-  static const KernelTable t{avx2::kern_f32, avx2::kern_bf16b, avx2::kern_i8b, nullptr,
-                             avx2::epilogue};
+  static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
+                             .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
+                             .gemv4_bf16b = avx2::gemv4_bf16b};
   return t;
 }
 }  // namespace optx::gemm_detail
