@@ -22,24 +22,24 @@
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
 
-// The next block's rows, prefetched a few lines at a time from inside the tile loops.
-// Issued in one burst, a block's prefetches (up to 4096 lines with all KV heads in a job)
-// wait for the core's ~24 miss buffers while the tile work behind them waits too: memory
-// and compute took turns (one core: 3 GB/s from DRAM against 11.5 with the cache in L2).
-// Spread over the block's tile steps, the lines arrive while the multiply-adds run. Walks
-// K's rows, then V's, each row's lines in address order.
+// Rows prefetched a few lines at a time from inside the tile loops. Issued in one burst,
+// a block's prefetches (up to 4096 lines with all KV heads in a job) wait for the core's
+// ~24 miss buffers while the tile work behind them waits too: memory and compute took
+// turns (one core: 3 GB/s from DRAM against 11.5 with the cache in L2). Spread over the
+// tile steps, the lines arrive while the multiply-adds run. Walks the rows in order, each
+// row's lines in address order.
 struct PrefetchCursor {
-  const void* const* k = nullptr;
-  const void* const* v = nullptr;
-  int64_t n = 0, k_lines = 0, v_lines = 0;
+  const void* const* rows = nullptr;
+  int64_t n = 0, lines = 0;
   int64_t per_step = 0;  // lines per step(); 0: nothing to prefetch
   int64_t key = 0, line = 0;
+  PrefetchCursor() = default;
+  PrefetchCursor(const void* const* r, int64_t n_rows, int64_t row_lines, int64_t steps)
+      : rows(r), n(n_rows), lines(row_lines), per_step(steps > 0 ? (n_rows * row_lines + steps - 1) / steps : 0) {}
   OPTX_ALWAYS_INLINE void step() {
-    for (int64_t i = 0; i < per_step && key < 2 * n; ++i) {
-      const bool is_k = key < n;
-      const char* row = static_cast<const char*>(is_k ? k[key] : v[key - n]);
-      __builtin_prefetch(row + 64 * line, 0, 2);
-      if (++line == (is_k ? k_lines : v_lines)) line = 0, ++key;
+    for (int64_t i = 0; i < per_step && key < n; ++i) {
+      __builtin_prefetch(static_cast<const char*>(rows[key]) + 64 * line, 0, 2);
+      if (++line == lines) line = 0, ++key;
     }
   }
   void rest() {
