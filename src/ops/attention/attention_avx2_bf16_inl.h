@@ -1,4 +1,4 @@
-// bf16 score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
+// bf16 (and int8-cache) score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
 // run_job_t (attention_kernels_inl.h) when D and Dv are multiples of 16.
 //
 // Why not the generic per-(row, key) dot: it widens each K row once per query row and
@@ -58,10 +58,12 @@ OPTX_ALWAYS_INLINE void swap_quads16(float* x, int64_t n) {
   }
 }
 
-// dst[0, n) = src[0, n), n a multiple of 16: inline (a libc call per 256-byte row cost 10%).
-OPTX_ALWAYS_INLINE void copy16(const uint16_t* src, int64_t n, uint16_t* dst) {
-  for (int64_t d = 0; d < n; d += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d)));
+// dst[0, bytes) = src[0, bytes), bytes a multiple of 16: inline (a libc call per 256-byte
+// row cost 10%).
+OPTX_ALWAYS_INLINE void copy_row(const void* src, int64_t bytes, void* dst) {
+  for (int64_t b = 0; b < bytes; b += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(dst) + b),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const char*>(src) + b)));
 }
 
 // 16 bf16 values -> f32 in swap_quads16 order: lo = [0-3, 8-11], hi = [4-7, 12-15].
@@ -70,6 +72,13 @@ OPTX_ALWAYS_INLINE void widen16(const uint16_t* p, __m256& lo, __m256& hi) {
   const __m256i z = _mm256_setzero_si256();
   lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
   hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
+}
+
+// 16 int8 values (an i8 cache's row, its scale applied per key outside) -> f32 in order:
+// lo = [0-7], hi = [8-15]. The i8 tiles keep q and O in plain order.
+OPTX_ALWAYS_INLINE void widen16(const int8_t* p, __m256& lo, __m256& hi) {
+  lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))));
 }
 
 // The sums of 8 vectors, in order, in one vector.
@@ -81,12 +90,12 @@ OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
 
 // S[r * kKvBlock + jj] = q_r . k_jj for NR rows (f32, stride Dp, swap_quads16 order) and
 // keys jj < n, two keys at a time (an odd last key is paired with itself).
-template <int NR>
+template <int NR, class E>
 void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S, PrefetchCursor& pf) {
   for (int64_t jj = 0; jj < n; jj += 2) {
     pf.step();
-    const uint16_t* k0 = static_cast<const uint16_t*>(kp[jj]);
-    const uint16_t* k1 = static_cast<const uint16_t*>(kp[jj + 1 < n ? jj + 1 : jj]);
+    const E* k0 = static_cast<const E*>(kp[jj]);
+    const E* k1 = static_cast<const E*>(kp[jj + 1 < n ? jj + 1 : jj]);
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 16) {
@@ -111,7 +120,7 @@ void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, i
 
 // acc_r[0, Dv) (stride Dvp, swap_quads16 order) += sum_jj P[r * kKvBlock + jj] * v_jj for
 // NR rows: 16 columns of all NR rows stay in registers over the block's keys.
-template <int NR>
+template <int NR, class E>
 void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
   for (int64_t d = 0; d < Dv; d += 16) {
     __m256 o[2 * NR];
@@ -123,7 +132,7 @@ void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float
     pf.step();
     for (int64_t jj = 0; jj < n; ++jj) {
       __m256 v_lo, v_hi;
-      widen16(static_cast<const uint16_t*>(vp[jj]) + d, v_lo, v_hi);
+      widen16(static_cast<const E*>(vp[jj]) + d, v_lo, v_hi);
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
         const __m256 p = _mm256_broadcast_ss(P + r * kKvBlock + jj);
@@ -142,26 +151,28 @@ void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float
 // All R rows, four at a time; steps of the score tiles / P·V for PrefetchCursor.
 inline int64_t score_steps(int R, int64_t n) { return (R + 3) / 4 * ((n + 1) / 2); }
 inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
-inline void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S,
+template <class E>
+void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S,
                              PrefetchCursor& pf) {
   int r = 0;
-  for (; r + 4 <= R; r += 4) scores_bf16<4>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf);
+  for (; r + 4 <= R; r += 4) scores_bf16<4, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf);
   switch (R - r) {
-    case 3: scores_bf16<3>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
-    case 2: scores_bf16<2>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
-    case 1: scores_bf16<1>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 3: scores_bf16<3, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 2: scores_bf16<2, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 1: scores_bf16<1, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
     default: break;
   }
 }
 
-inline void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
+template <class E>
+void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
                          PrefetchCursor& pf) {
   int r = 0;
-  for (; r + 4 <= R; r += 4) pv_bf16<4>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf);
+  for (; r + 4 <= R; r += 4) pv_bf16<4, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf);
   switch (R - r) {
-    case 3: pv_bf16<3>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
-    case 2: pv_bf16<2>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
-    case 1: pv_bf16<1>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    case 3: pv_bf16<3, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    case 2: pv_bf16<2, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
+    case 1: pv_bf16<1, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
     default: break;
   }
 }
