@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
@@ -88,10 +89,12 @@ OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
 }
 
-// S[r * kKvBlock + jj] = q_r . k_jj for NR rows (f32, stride Dp, swap_quads16 order) and
-// keys jj < n, two keys at a time (an odd last key is paired with itself).
+// S[r * kKvBlock + jj] = q_r . k_jj (times ks[jj], an i8 cache's key scales, if given)
+// for NR rows (f32, stride Dp, in the order widen16 gives for E) and keys jj < n, two keys
+// at a time (an odd last key is paired with itself).
 template <int NR, class E>
-void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S, PrefetchCursor& pf) {
+void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
+                 PrefetchCursor& pf) {
   for (int64_t jj = 0; jj < n; jj += 2) {
     pf.step();
     const E* k0 = static_cast<const E*>(kp[jj]);
@@ -111,9 +114,10 @@ void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, i
     }
     alignas(32) float s[8];
     _mm256_store_ps(s, sum8(acc));
+    const float s0 = ks ? ks[jj] : 1.0f, s1 = ks && jj + 1 < n ? ks[jj + 1] : 1.0f;
     for (int r = 0; r < NR; ++r) {
-      S[r * kKvBlock + jj] = s[2 * r];
-      if (jj + 1 < n) S[r * kKvBlock + jj + 1] = s[2 * r + 1];
+      S[r * kKvBlock + jj] = s[2 * r] * s0;
+      if (jj + 1 < n) S[r * kKvBlock + jj + 1] = s[2 * r + 1] * s1;
     }
   }
 }
@@ -148,33 +152,31 @@ void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float
   }
 }
 
-// All R rows, four at a time; steps of the score tiles / P·V for PrefetchCursor.
-inline int64_t score_steps(int R, int64_t n) { return (R + 3) / 4 * ((n + 1) / 2); }
-inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
-template <class E>
-void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, float* S,
-                             PrefetchCursor& pf) {
+// All R rows, four at a time: f(std::integral_constant<int, NR>, first row) per tile.
+template <class F>
+OPTX_ALWAYS_INLINE void by_row_tiles(int R, F&& f) {
   int r = 0;
-  for (; r + 4 <= R; r += 4) scores_bf16<4, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf);
+  for (; r + 4 <= R; r += 4) f(std::integral_constant<int, 4>{}, r);
   switch (R - r) {
-    case 3: scores_bf16<3, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
-    case 2: scores_bf16<2, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
-    case 1: scores_bf16<1, E>(q + r * Dp, Dp, kp, n, D, S + r * kKvBlock, pf); break;
+    case 3: f(std::integral_constant<int, 3>{}, r); break;
+    case 2: f(std::integral_constant<int, 2>{}, r); break;
+    case 1: f(std::integral_constant<int, 1>{}, r); break;
     default: break;
   }
 }
+// Steps of the score tiles / P·V over R rows, for PrefetchCursor.
+inline int64_t score_steps(int R, int64_t n) { return (R + 3) / 4 * ((n + 1) / 2); }
+inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
 
 template <class E>
+void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks,
+                      float* S, PrefetchCursor& pf) {
+  by_row_tiles(R, [&](auto nr, int r) { scores_bf16<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf); });
+}
+template <class E>
 void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
-                         PrefetchCursor& pf) {
-  int r = 0;
-  for (; r + 4 <= R; r += 4) pv_bf16<4, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf);
-  switch (R - r) {
-    case 3: pv_bf16<3, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
-    case 2: pv_bf16<2, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
-    case 1: pv_bf16<1, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); break;
-    default: break;
-  }
+                  PrefetchCursor& pf) {
+  by_row_tiles(R, [&](auto nr, int r) { pv_bf16<nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
 }
 
 }  // namespace

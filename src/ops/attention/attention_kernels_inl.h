@@ -44,8 +44,8 @@ struct DequantRow {
       return;
     }
 #elif OPTX_ATTN_BF16_TILES
-    // 8 values per step instead of the scalar f32_to_bf16 loop: the i8 caches ran at 0.5x
-    // the bf16 cache's tokens/s on AVX2 with the dequantisation scalar.
+    // 8 values per step instead of the scalar f32_to_bf16 loop (the i8 reads that do not
+    // take the AVX2 tiles: MLA's latent, head dims not a multiple of 16).
     if (bf16 && n % 8 == 0) {
       const __m256 sv = _mm256_set1_ps(s);
       uint16_t* o = reinterpret_cast<uint16_t*>(dst);
@@ -241,13 +241,11 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       const void* const* kg = slices(kcur, g * j.k_goff, n);
 #if OPTX_ATTN_BF16_TILES
       if (i8_tiles) {
-        scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, S + g * Rg * kKvBlock, pf_s);
-        for (int r = g * Rg; r < (g + 1) * Rg; ++r)
-          for (int64_t jj = 0; jj < n; ++jj) S[r * kKvBlock + jj] *= k_scale[jj];
+        scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, k_scale, S + g * Rg * kKvBlock, pf_s);
         continue;
       }
       if (tiles) {
-        scores_bf16_rows<uint16_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, S + g * Rg * kKvBlock, pf_s);
+        scores_bf16_rows<uint16_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, nullptr, S + g * Rg * kKvBlock, pf_s);
         continue;
       }
 #endif
