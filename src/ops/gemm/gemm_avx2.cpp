@@ -35,30 +35,31 @@ struct LoadI8 {
 };
 
 // a: packed A micro-panel, [k][kMR].
-template <int M>
-OPTX_ALWAYS_INLINE void fma_rows(__m256 (&c)[M][2], const __m256 (&b)[2], const float* a,
+// c: M rows x NV vectors (8 NV columns) of accumulators.
+template <int M, int NV = 2>
+OPTX_ALWAYS_INLINE void fma_rows(__m256 (&c)[M][NV], const __m256 (&b)[NV], const float* a,
                                  int64_t k) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
     const __m256 av = _mm256_broadcast_ss(a + k * kMR + r);
-    c[r][0] = _mm256_fmadd_ps(av, b[0], c[r][0]);
-    c[r][1] = _mm256_fmadd_ps(av, b[1], c[r][1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < NV; ++i) c[r][i] = _mm256_fmadd_ps(av, b[i], c[r][i]);
   }
 }
 
-template <int M>
-OPTX_ALWAYS_INLINE void begin(__m256 (&c)[M][2], const float* acc, bool accumulate) {
+template <int M, int NV = 2>
+OPTX_ALWAYS_INLINE void begin(__m256 (&c)[M][NV], const float* acc, bool accumulate) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r)
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < NV; ++i)
       c[r][i] = accumulate ? _mm256_loadu_ps(acc + r * kNR + 8 * i) : _mm256_setzero_ps();
 }
 
-template <int M>
-OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][2], float* acc) {
+template <int M, int NV = 2>
+OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* acc) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r)
-    for (int i = 0; i < 2; ++i) _mm256_storeu_ps(acc + r * kNR + 8 * i, c[r][i]);
+    for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + r * kNR + 8 * i, c[r][i]);
 }
 
 // The four 16-column passes read one line in four of each k row, an access the
@@ -95,33 +96,39 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
   }
 }
 
-// bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column.
-template <int M>
+// bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column. M rows x 8 NV
+// columns per pass, 8 / NV passes over each kChunkBytes piece of the panel. Up to four rows
+// take NV = 4, two 32-column passes instead of four 16-column ones (M x 4 accumulators;
+// four rows spill a few, which a memory-bound call hides), so each pass reads two of a k
+// row's four lines. bf16 N = K = 4096 from DRAM, 2 threads, alternating in one process:
+// M = 2 / 3 / 4 2.9-4.1 / 3.2-3.4 / 3.2-3.6 -> 2.2-3.2 / 2.4-2.6 / 2.4-2.7 ms.
+template <int M, int NV = 2>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, bool stream) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   const int64_t chunk = 2 * kChunkBytes / (kNR * 4);  // k values, even
   for (int64_t k0 = 0; k0 < kc; k0 += chunk) {
-  const int64_t k1 = std::min(kc, k0 + chunk);
-  for (int s = 0; s < 4; ++s) {
-    __m256 c[M][2];
-    begin<M>(c, acc + 16 * s, accumulate || k0 > 0);
-    // An odd kc reads one pair past K: zero in both packed A and B.
-    for (int64_t k = k0; k < k1; k += 2) {
-      if (stream && s == 0) prefetch_row(b, k / 2, kNR * 4);
-      const uint16_t* p = b + k * kNR + s * 32;
-      const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-      const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16));
-      const __m256 ev[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
-                            _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16))};
-      const __m256 od[2] = {_mm256_castsi256_ps(_mm256_and_si256(v0, hi)),
-                            _mm256_castsi256_ps(_mm256_and_si256(v1, hi))};
-      fma_rows<M>(c, ev, a, k);
-      fma_rows<M>(c, od, a, k + 1);
+    const int64_t k1 = std::min(kc, k0 + chunk);
+    for (int s = 0; s < 8 / NV; ++s) {
+      __m256 c[M][NV];
+      begin<M, NV>(c, acc + 8 * NV * s, accumulate || k0 > 0);
+      // An odd kc reads one pair past K: zero in both packed A and B.
+      for (int64_t k = k0; k < k1; k += 2) {
+        if (stream && s == 0) prefetch_row(b, k / 2, kNR * 4);
+        const uint16_t* p = b + k * kNR + s * 16 * NV;
+        __m256 ev[NV], od[NV];
+#pragma GCC unroll 4
+        for (int i = 0; i < NV; ++i) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i));
+          ev[i] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+          od[i] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+        }
+        fma_rows<M, NV>(c, ev, a, k);
+        fma_rows<M, NV>(c, od, a, k + 1);
+      }
+      end<M, NV>(c, acc + 8 * NV * s);
     }
-    end<M>(c, acc + 16 * s);
-  }
   }
 }
 
@@ -204,48 +211,13 @@ void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate, const Prefetch& pf) {
   OPTX_DISPATCH_M(kern_f32_m)
 }
-// Up to four rows: two 32-column passes instead of four 16-column ones (M x 4
-// accumulators; four rows spill a few, which a memory-bound call hides), so each pass
-// reads two of a k row's four lines. bf16 N = K = 4096 from DRAM, 2 threads, alternating
-// in one process: M = 2 / 3 / 4 2.9-4.1 / 3.2-3.4 / 3.2-3.6 -> 2.2-3.2 / 2.4-2.6 / 2.4-2.7 ms.
-template <int M>
-void kern_bf16b_wide(int64_t kc, const float* a, const void* bv, float* acc, bool accumulate, bool stream) {
-  const uint16_t* b = static_cast<const uint16_t*>(bv);
-  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
-  const int64_t chunk = 2 * kChunkBytes / (kNR * 4);
-  for (int64_t k0 = 0; k0 < kc; k0 += chunk) {
-    const int64_t k1 = std::min(kc, k0 + chunk);
-    for (int s = 0; s < 2; ++s) {
-      __m256 c[M][4];
-      for (int r = 0; r < M; ++r)
-        for (int i = 0; i < 4; ++i)
-          c[r][i] = accumulate || k0 > 0 ? _mm256_loadu_ps(acc + r * kNR + 32 * s + 8 * i) : _mm256_setzero_ps();
-      for (int64_t k = k0; k < k1; k += 2) {
-        if (stream && s == 0) prefetch_row(b, k / 2, kNR * 4);
-        const uint16_t* p = b + k * kNR + s * 64;
-        __m256i v[4];
-        for (int i = 0; i < 4; ++i) v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i));
-        for (int r = 0; r < M; ++r) {
-          const __m256 a0 = _mm256_broadcast_ss(a + k * kMR + r), a1 = _mm256_broadcast_ss(a + (k + 1) * kMR + r);
-          for (int i = 0; i < 4; ++i) {
-            c[r][i] = _mm256_fmadd_ps(a0, _mm256_castsi256_ps(_mm256_slli_epi32(v[i], 16)), c[r][i]);
-            c[r][i] = _mm256_fmadd_ps(a1, _mm256_castsi256_ps(_mm256_and_si256(v[i], hi)), c[r][i]);
-          }
-        }
-      }
-      for (int r = 0; r < M; ++r)
-        for (int i = 0; i < 4; ++i) _mm256_storeu_ps(acc + r * kNR + 32 * s + 8 * i, c[r][i]);
-    }
-  }
-}
-
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate, const Prefetch& pf) {
   switch (m) {  // decode and the remainder slices of larger M
-    case 1: return kern_bf16b_wide<1>(kc, a, b, acc, accumulate, pf.stream);
-    case 2: return kern_bf16b_wide<2>(kc, a, b, acc, accumulate, pf.stream);
-    case 3: return kern_bf16b_wide<3>(kc, a, b, acc, accumulate, pf.stream);
-    case 4: return kern_bf16b_wide<4>(kc, a, b, acc, accumulate, pf.stream);
+    case 1: return kern_bf16b_m<1, 4>(kc, a, b, acc, accumulate, pf.stream);
+    case 2: return kern_bf16b_m<2, 4>(kc, a, b, acc, accumulate, pf.stream);
+    case 3: return kern_bf16b_m<3, 4>(kc, a, b, acc, accumulate, pf.stream);
+    case 4: return kern_bf16b_m<4, 4>(kc, a, b, acc, accumulate, pf.stream);
     case 5: return kern_bf16b_m<5>(kc, a, b, acc, accumulate, pf.stream);
     default: return kern_bf16b_m<6>(kc, a, b, acc, accumulate, pf.stream);
   }
