@@ -59,7 +59,7 @@ struct Plan {
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
   bool amx = false;     // AMX blocks: mc in 32-row units, packed A padded to 16 rows and 32 k
   int64_t k32 = 0, lda_amx = 0;
-  size_t acc_off = 0, up_off = 0, bbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
+  size_t acc_off = 0, up_off = 0, bbuf_off = 0, wbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
 };
 
 // The workspace size does not depend on the implementation: packed A is sized as f32.
@@ -137,6 +137,10 @@ Plan make_plan(const GemmParams& p, bool amx) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
     off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
   }
+  // A bf16 / i8 K block widened to f32 (KernelTable::widen_b) when it serves several row
+  // slices: only plans with more than kMR rows, whose kc is a K block, not all of K.
+  pl.wbuf_off = off;
+  if (!amx && bt != DType::kF32 && pl.M > kMR) off = align_up(off + size_t(pl.kc) * kNR * sizeof(float));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
@@ -309,6 +313,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
   float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
   void* bbuf = ws + pl.bbuf_off;
+  float* wbuf = reinterpret_cast<float*>(ws + pl.wbuf_off);
   float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
   void* apack = ws + pl.apack_off;
   const DType bt = b_dtype(p);
@@ -396,10 +401,17 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
         }
         const int slices = (mrows + kMR - 1) / kMR;
+        // Several row slices share this block: widen it once rather than in every slice's
+        // FMA loop (bf16 2048^3 on the AVX2 machine: gemm README).
+        const bool widen = kt.widen_b && bt != DType::kF32 && !use_dp && slices > 1;
+        if (widen) {
+          kt.widen_b(bt, kcur, bp, wbuf);
+          bp = wbuf;
+        }
         for (int ir = 0; ir < mrows; ir += kMR) {
           const int m = std::min(kMR, mrows - ir);
           const int64_t a_off = int64_t(ir) * pl.k_even + kb * kMR;  // same for f32 and pairs
-          Prefetch pf{.stream = ir == 0};
+          Prefetch pf{.stream = ir == 0 && !widen};
           if (next_b) {
             const int64_t s = ir / kMR, lo = next_lines * s / slices, hi = next_lines * (s + 1) / slices;
             pf.l2_next = next_b + 64 * lo;
@@ -410,7 +422,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           else if (c_out && kb + kcur >= K)
             kt.f32b_out(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
           else
-            kern(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf);
+            (widen ? kt.f32b : kern)(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf);
         }
       }
     };

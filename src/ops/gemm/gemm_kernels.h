@@ -96,6 +96,12 @@ struct KernelTable {
   // acc + q * rows * 64 (row stride 64). Index: rows - 2. May be null.
   Gemv4Fn gemv2_bf16b[2] = {nullptr, nullptr};
   KernelF32Out f32b_out = nullptr;  // optional
+  // Optional, for ISAs that widen bf16 / i8 weights inside the FMA loop (no dot-product
+  // instruction): writes a K block of kc rows of a bf16 (pairs) or i8 B micro-panel as f32
+  // [kc][64], so a block that serves several row slices is widened once and runs through
+  // f32b. The values are exact in f32 and f32b sums in the same k order, so results are
+  // bitwise those of bf16b / i8b.
+  void (*widen_b)(DType bt, int64_t kc, const void* b, float* dst) = nullptr;
 };
 
 const KernelTable& kernels_scalar();
