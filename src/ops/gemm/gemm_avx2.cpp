@@ -56,10 +56,10 @@ OPTX_ALWAYS_INLINE void begin(__m256 (&c)[M][NV], const float* acc, bool accumul
 }
 
 template <int M, int NV = 2>
-OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* acc) {
+OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* out, int64_t ldo = kNR) {
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r)
-    for (int i = 0; i < NV; ++i) _mm256_storeu_ps(acc + r * kNR + 8 * i, c[r][i]);
+    for (int i = 0; i < NV; ++i) _mm256_storeu_ps(out + r * ldo + 8 * i, c[r][i]);
 }
 
 // The four 16-column passes read one line in four of each k row, an access the
@@ -85,12 +85,16 @@ OPTX_ALWAYS_INLINE void prefetch_ahead(const Prefetch& pf, const void* b, int64_
   if (row < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * row, _MM_HINT_T1);
 }
 
+// out / ldo: where the last chunk stores the tile (acc, or C for KernelF32Out); earlier
+// chunks keep it in acc.
 template <class Load, int M>
 void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
-                bool accumulate, const Prefetch& pf) {
+                bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
   const int64_t chunk = kChunkBytes / Load::kRowBytes;
-  for (int64_t k0 = 0; k0 < kc; k0 += chunk) {
+  for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
+    float* o = k1 == kc ? out : acc;
+    const int64_t lo = k1 == kc ? ldo : kNR;
     for (int s = 0; s < 4; ++s) {
       __m256 c[M][2];
       begin<M>(c, acc + 16 * s, accumulate || k0 > 0);
@@ -100,7 +104,7 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
         Load::even(b, k, s, bb);
         fma_rows<M>(c, bb, a, k);
       }
-      end<M>(c, acc + 16 * s);
+      end<M>(c, o + 16 * s, lo);
     }
   }
 }
@@ -117,7 +121,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   const int64_t chunk = 2 * kChunkBytes / (kNR * 4);  // k values, even
-  for (int64_t k0 = 0; k0 < kc; k0 += chunk) {
+  for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
     for (int s = 0; s < 8 / NV; ++s) {
       __m256 c[M][NV];
@@ -238,16 +242,32 @@ void widen_b(DType bt, int64_t kc, const void* bv, float* dst) {
 
 template <int M>
 void kern_f32_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf) {
-  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf);
+  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf, acc, kNR);
+}
+template <int M>
+void kern_f32_out_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf,
+                    float* c, int64_t ldc) {
+  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf, c, ldc);
 }
 template <int M>
 void kern_i8b_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf) {
-  kern_one_m<LoadI8, M>(kc, a, b, acc, accumulate, pf);
+  kern_one_m<LoadI8, M>(kc, a, b, acc, accumulate, pf, acc, kNR);
 }
 
 void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate, const Prefetch& pf) {
   OPTX_DISPATCH_M(kern_f32_m)
+}
+void kern_f32_out(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
+                  const Prefetch& pf, float* c, int64_t ldc) {
+  switch (m) {
+    case 1: return kern_f32_out_m<1>(kc, a, b, acc, accumulate, pf, c, ldc);
+    case 2: return kern_f32_out_m<2>(kc, a, b, acc, accumulate, pf, c, ldc);
+    case 3: return kern_f32_out_m<3>(kc, a, b, acc, accumulate, pf, c, ldc);
+    case 4: return kern_f32_out_m<4>(kc, a, b, acc, accumulate, pf, c, ldc);
+    case 5: return kern_f32_out_m<5>(kc, a, b, acc, accumulate, pf, c, ldc);
+    default: return kern_f32_out_m<6>(kc, a, b, acc, accumulate, pf, c, ldc);
+  }
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate, const Prefetch& pf) {
@@ -273,7 +293,7 @@ namespace optx::gemm_detail {
 const KernelTable& kernels_avx2() {
   static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
                              .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
-                             .gemv4_bf16b = avx2::gemv4_bf16b, .widen_b = avx2::widen_b};
+                             .gemv4_bf16b = avx2::gemv4_bf16b, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -147,7 +147,7 @@ void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc, bool
   const bool stream = pf.stream;
   OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, acc, kNR)
 }
-void kern_f32_out(int m, int64_t kc, const float* a, const void* b, const float* acc, bool accumulate,
+void kern_f32_out(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
                   const Prefetch& pf, float* c, int64_t ldc) {
   const bool stream = pf.stream;
   OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, c, ldc)

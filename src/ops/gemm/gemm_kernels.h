@@ -44,8 +44,9 @@ struct Prefetch {
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                             bool accumulate, const Prefetch& pf);
 // As KernelF32A for B f32, but the finished tile is stored to c (row stride ldc) instead
-// of acc: the last K block of a GEMM whose epilogue is the identity (see gemm.cpp).
-using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, const float* acc,
+// of acc: the last K block of a GEMM whose epilogue is the identity (see gemm.cpp). acc
+// stays the scratch tile: a kernel that walks kc in pieces keeps its partial sums there.
+using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                               bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
                              bool accumulate, const Prefetch& pf);

@@ -104,15 +104,19 @@ TEST(Gemm, EveryImplementationMatchesReference) {
 
 TEST(Gemm, ZeroSizedDimensions) {
   for (const auto* impl : registry().runnable()) {
-    for (auto [M, N, K] : {std::tuple{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {0, 0, 0}}) {
-      Case c;
-      c.M = M, c.N = N, c.K = K;
-      c.bias = Bias::kF32;
-      c.beta = 0.25f;
-      const auto out = testutil::run_case(*impl, c);
-      ASSERT_TRUE(out.status.ok()) << impl->name << ": " << out.status.message();
-      EXPECT_TRUE(out.cmp.pass) << impl->name << " " << c.name() << ": " << out.cmp.message;
-    }
+    // K = 0 must still zero the accumulator tile (the workspace starts as NaN), for every
+    // weight dtype and for one and several row slices.
+    for (auto [M, N, K] : {std::tuple{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {13, 70, 0}, {0, 0, 0}})
+      for (DType bt : {DType::kF32, DType::kBF16, DType::kI8}) {
+        Case c;
+        c.M = M, c.N = N, c.K = K;
+        c.b = bt;
+        c.bias = Bias::kF32;
+        c.beta = 0.25f;
+        const auto out = testutil::run_case(*impl, c);
+        ASSERT_TRUE(out.status.ok()) << impl->name << " " << c.name() << ": " << out.status.message();
+        EXPECT_TRUE(out.cmp.pass) << impl->name << " " << c.name() << ": " << out.cmp.message;
+      }
   }
 }
 

@@ -135,7 +135,7 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
   p.beta = cs.beta;
   if (cs.swiglu) p.activation = GemmActivation::kSwiglu;
 
-  std::vector<uint8_t> ws(gemm_workspace_size(p));
+  std::vector<uint8_t> ws(gemm_workspace_size(p), 0xff);  // NaN floats: results must not depend on it
   Outcome out;
   out.status = run_impl(impl, p, {ws.data(), ws.size()});
   if (!out.status.ok()) return out;
