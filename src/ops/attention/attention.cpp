@@ -52,7 +52,7 @@ struct Seq {
 };
 
 // ---- the parallel driver ------------------------------------------------------------------
-size_t scratch_bytes(int64_t D, int64_t Dv) { return align_up(size_t(job_scratch_floats(D, Dv)) * sizeof(float)); }
+size_t scratch_bytes(const Config& c) { return align_up(size_t(job_scratch_floats(c.D, c.Dv, c.max_rows)) * sizeof(float)); }
 
 // Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
 // the fly by make(idx, job).
@@ -67,16 +67,17 @@ void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, siz
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
       make(idx, job);
-      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv);
+      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c);
       k.run_job(c, job, scratch);
     }
   }
 }
 
-// Rows per job: the heads of a GQA group times as many query positions as fit.
-void row_tiling(int64_t G, int64_t* heads_per_job, int64_t* q_per_job) {
-  *heads_per_job = std::min<int64_t>(G, kMaxRows);
-  *q_per_job = std::max<int64_t>(1, kMaxRows / *heads_per_job);
+// Rows per job (at most `rows`): the heads of a GQA group times as many query positions
+// as fit.
+void row_tiling(int64_t G, int64_t rows, int64_t* heads_per_job, int64_t* q_per_job) {
+  *heads_per_job = std::min<int64_t>(G, rows);
+  *q_per_job = std::max<int64_t>(1, rows / *heads_per_job);
 }
 
 // Job index -> (head chunk, query tile, split) within one (batch, kv head); query tiles
@@ -320,15 +321,16 @@ struct FlashJobs {
   }
 };
 
-FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g) {
+FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g, int rows) {
   FlashJobs j;
   j.p = &p;
   j.g = g;
-  row_tiling(g.Nq / g.Nkv, &j.heads_per_job, &j.q_per_job);
+  row_tiling(g.Nq / g.Nkv, std::clamp(rows, 1, kMaxJobRows), &j.heads_per_job, &j.q_per_job);
   j.head_chunks = (g.Nq / g.Nkv + j.heads_per_job - 1) / j.heads_per_job;
   j.cfg.bf16 = p.q.dtype == DType::kBF16;
   j.cfg.D = g.D;
   j.cfg.Dv = g.Dv;
+  j.cfg.max_rows = kMaxJobRows;  // whatever the kernel's prefill_rows: the workspace does not depend on it
   j.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(g.D));
   j.cfg.softcap = p.softcap;
   j.cfg.causal = p.causal;
@@ -359,7 +361,7 @@ struct DecodeJobs {
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
   size_t per_thread() const {
     const int64_t heads = all_heads_fit() ? Nkv : 1;  // an all_heads job stages whole rows
-    return scratch_bytes(cfg.D, cfg.Dv) +
+    return scratch_bytes(cfg) +
            (i8.k ? align_up(I8Kv::stage_bytes(heads * i8.k_dim + i8.rope_dim, i8.v ? heads * i8.v_dim : 0, cfg.bf16)) : 0);
   }
   int64_t rows_total() const { return B * Sq * Nq; }
@@ -576,7 +578,7 @@ void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, co
   d.G = d.Nq / std::max<int64_t>(d.Nkv, 1);
   d.cfg.bf16 = q.dtype == DType::kBF16;
   d.cfg.causal = true;  // among the new tokens; every earlier position is visible
-  row_tiling(d.G, &d.heads_per_job, &d.q_per_job);
+  row_tiling(d.G, kMaxRows, &d.heads_per_job, &d.q_per_job);
   d.head_chunks = (d.G + d.heads_per_job - 1) / d.heads_per_job;
   d.q_tiles = (d.Sq + d.q_per_job - 1) / d.q_per_job;
   d.q = &q, d.out = &out, d.lse = &lse;
@@ -737,8 +739,8 @@ const dispatch::Registry<KernelsFn>& mla_registry() {
 Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) {
   FlashGeo g;
   OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
-  const FlashJobs jobs = flash_jobs(p, g);
-  const size_t per_thread = scratch_bytes(g.D, g.Dv);
+  const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
+  const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
@@ -763,7 +765,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(g.D, g.Dv) * size_t(num_threads()) + kAlign;
+  return scratch_bytes(flash_jobs(p, g, kMaxRows).cfg) * size_t(num_threads()) + kAlign;
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }

@@ -12,7 +12,10 @@ using simd_type = simd::Avx2;
 
 namespace optx::attn_detail {
 const Kernels& kernels_avx2() {
-  static const Kernels k{avx2::run_job, true};
+  // Flash jobs of 96 rows: each K / V block is loaded (widened, transposed) once for 96
+  // rows instead of 32, and a head's K / V is read from L3 a third as often (S = 4096,
+  // alternating in one process: +11% over 32 rows; 144 rows -5%, 192 no better).
+  static const Kernels k{avx2::run_job, true, kMaxJobRows};
   return k;
 }
 }  // namespace optx::attn_detail

@@ -16,10 +16,14 @@
 
 #include "dispatch/registry.h"
 #include "optx/attention.h"
+#include "ops/gemm/gemm_kernels.h"
 
 namespace optx::attn_detail {
 
 inline constexpr int kMaxRows = 32;
+// Rows a job can hold: flash jobs of kernels with a larger Kernels::prefill_rows (the AVX2
+// unit) go up to this; every other job keeps to kMaxRows.
+inline constexpr int kMaxJobRows = 96;
 inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
 inline constexpr int64_t kKvBlock = 64;
 inline constexpr int64_t kMaxHeadDim = 1024;
@@ -187,7 +191,7 @@ struct Job {
   int64_t kv_begin = 0, kv_end = 0;
   int64_t offset = 0;  // Skv - Sq of the sequence: query i sits at key position i + offset
   int nrows = 0;
-  Row rows[kMaxRows];
+  Row rows[kMaxJobRows];
   // Several KV heads in one job (kernels with Kernels::multi_group only): rows come in
   // `groups` equal runs, run g reading the slice g * k_goff (K) / g * v_goff (V) elements
   // into each cache row, so a job streams whole rows in address order.
@@ -206,13 +210,25 @@ struct Config {
   // sequence): it streams from DRAM, so kernels prefetch it. Otherwise a head's KV serves
   // many query tiles from cache and the prefetches only cost issue slots.
   bool kv_once = true;
+  // Rows the job scratch is laid out for (job_scratch_floats): flash kMaxJobRows, decode
+  // kMaxRows.
+  int max_rows = kMaxRows;
 };
 
-// Scratch floats one job needs: the vector kernel's q rows, accumulators, one block
-// of scores and one of staged bf16 K / V rows, or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
-inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
+// Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
+// kernel's q rows, accumulators and one block of scores, then either one block of staged
+// bf16 K / V rows or, for flash (rows == kMaxJobRows), the AVX2 prefill GEMM path's
+// operands (attention_avx2_prefill_inl.h: Q micro-panels, K^T, V and O planes of 64
+// columns, P micro-panels); or the AMX kernel's Q^T, staged K and V pairs, scores, P and O
+// (the larger).
+inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
-  const int64_t vec = kMaxRows * ((D + pad) + (Dv + pad) + kKvBlock) + kKvBlock * (D + Dv) / 2;
+  const int64_t planes = (Dv + gemm_detail::kNR - 1) / gemm_detail::kNR;
+  const int64_t slices = (kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR;
+  const int64_t gemm = rows < kMaxJobRows ? 0
+                       : slices * gemm_detail::kMR * D + D * gemm_detail::kNR + planes * gemm_detail::kNR * (gemm_detail::kNR + kMaxJobRows) +
+                             slices * gemm_detail::kNR * gemm_detail::kMR + 8;
+  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(kKvBlock * (D + Dv) / 2, gemm);
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
 }
@@ -220,6 +236,7 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv) {
 struct Kernels {
   void (*run_job)(const Config& c, const Job& j, float* scratch);
   bool multi_group = false;  // run_job takes jobs with groups > 1 (bf16 decode shapes)
+  int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxJobRows)
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

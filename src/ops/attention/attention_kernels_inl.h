@@ -17,6 +17,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #define OPTX_ATTN_BF16_TILES 1
 #include "ops/attention/attention_avx2_bf16_inl.h"
+#include "ops/attention/attention_avx2_prefill_inl.h"
 #else
 #define OPTX_ATTN_BF16_TILES 0
 #endif
@@ -138,18 +139,19 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
-  // bf16 tiles with K / V reused by other jobs: the block's rows copied contiguously.
-  [[maybe_unused]] uint16_t* stage = reinterpret_cast<uint16_t*>(scratch + kMaxRows * (Dp + Dvp + kKvBlock));  // kKvBlock x (D + Dv)
-  numerics::SoftmaxState st[kMaxRows];
+  // AVX2 bf16: a decode block's V slices copied contiguously, or the prefill GEMM path's
+  // operands (sized by job_scratch_floats).
+  [[maybe_unused]] uint16_t* stage = reinterpret_cast<uint16_t*>(scratch + c.max_rows * (Dp + Dvp + kKvBlock));
+  numerics::SoftmaxState st[kMaxJobRows];
   // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
   constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = kTiles && c.D % 16 == 0 && c.Dv % 16 == 0;
-  // Prefill reads each block from L1 once per 4 rows and once per 16 P·V columns, and its
-  // rows sit a token apart (H * D values: 4 KiB at 16 heads of 128), so a block's 64 rows
-  // share a few L1 sets and evict each other between those passes (20% of flash's samples
-  // sat on V loads). Contiguous, a block's K and V (32 KiB at D = 128) stay in L1.
-  [[maybe_unused]] const bool staged = tiles && !c.kv_once && j.groups == 1;
-  [[maybe_unused]] const void* kst[kKvBlock];
+  // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
+  // widened once for all the job's rows (attention_avx2_prefill_inl.h).
+  [[maybe_unused]] const bool gemm_prefill = tiles && !c.kv_once && j.groups == 1;
+#if OPTX_ATTN_BF16_TILES
+  GemmPrefill gp(gemm_prefill ? R : 0, c.D, c.Dv, reinterpret_cast<float*>(stage));
+#endif
   [[maybe_unused]] const void* vst[kKvBlock];
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
@@ -162,9 +164,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
     std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
 #if OPTX_ATTN_BF16_TILES
-    if (tiles && !i8_tiles) swap_quads16(qf + r * Dp, c.D);
+    if (tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
 #endif
   }
+#if OPTX_ATTN_BF16_TILES
+  if (gemm_prefill) gp.pack_q(qf, Dp);
+#endif
   // Keys beyond every row's causal / window reach are never visited.
   int64_t lo = j.kv_begin, hi = j.kv_end;
   {
@@ -224,22 +229,18 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(pk + 64 * l);
         for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
       }
-    const void* const* kcur = kp;
-    const void* const* vcur = vp;
 #if OPTX_ATTN_BF16_TILES
-    if (staged) {
-      for (int64_t jj = 0; jj < n; ++jj) {
-        uint16_t* ks = stage + jj * (c.D + c.Dv);
-        copy_row(kp[jj], c.D * 2, ks);
-        copy_row(vp[jj], c.Dv * 2, ks + c.D);
-        kst[jj] = ks, vst[jj] = ks + c.D;
-      }
-      kcur = kst, vcur = vst;
+    if (gemm_prefill) {
+      gp.load_k(kp, n);
+      gp.load_v(vp, n);
+      gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
+      gp.scores(S);
     }
 #endif
     for (int g = 0; g < G; ++g) {
-      const void* const* kg = slices(kcur, g * j.k_goff, n);
+      const void* const* kg = slices(kp, g * j.k_goff, n);
 #if OPTX_ATTN_BF16_TILES
+      if (gemm_prefill) continue;
       if (i8_tiles) {
         scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, k_scale, S + g * Rg * kKvBlock, pf_s);
         continue;
@@ -283,6 +284,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       any = true;
       if (f != 1.0f) {
         st[r].l *= f;
+#if OPTX_ATTN_BF16_TILES
+        if (gemm_prefill) gp.scale_row(r, f);
+        else
+#endif
         scale_acc<V>(acc + r * Dvp, f, Dvp);
       }
       const auto m = V::set1(st[r].m);
@@ -301,8 +306,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       st[r].l += V::reduce(sum) + tail;
     }
     for (int g = 0; any && g < G; ++g) {
-      const void* const* vg = slices(vcur, g * j.v_goff, n);
+      const void* const* vg = slices(vp, g * j.v_goff, n);
 #if OPTX_ATTN_BF16_TILES
+      if (gemm_prefill) {
+        gp.pv(S, n);
+        continue;
+      }
       if (tiles) {
         // A KV head's slices of 64 rows a slot apart share a few L1 sets, and P·V reads
         // each line in two of its 16-column passes: contiguous, it reads them from L1.
@@ -338,7 +347,9 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     }
   }
 #if OPTX_ATTN_BF16_TILES
-  if (tiles && !i8_tiles)
+  if (gemm_prefill)
+    gp.store_o(acc, Dvp);
+  else if (tiles && !i8_tiles)
     for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
 #endif
   for (int r = 0; r < R; ++r) {

@@ -63,6 +63,26 @@ TEST(FlashAttention, MasksWindowsSinksSoftcap) {
   expect_all(cs);
 }
 
+// Prefill whose query tiles share K / V (more than one tile per head; AVX2 tiles hold up
+// to 96 rows): head dims with a partial 64-column piece, D != Dv, a key count off the
+// 8-key and 64-key grids, row counts off the 6-row slices, GQA rows, and the softmax
+// options on top.
+TEST(FlashAttention, LongPrefillTilesSharingKv) {
+  std::vector<FlashCase> cs;
+  for (auto [Sq, Skv, D, Dv, Nq, Nkv] : {std::tuple{200, 203, 192, 48, 2, 2}, {131, 131, 80, 112, 6, 2}, {250, 97, 16, 16, 1, 1}}) {
+    FlashCase c;
+    c.dtype = DType::kBF16, c.Sq = Sq, c.Skv = Skv, c.D = D, c.Dv = Dv, c.Nq = Nq, c.Nkv = Nkv, c.causal = true;
+    cs.push_back(c);
+  }
+  FlashCase c;
+  c.dtype = DType::kBF16, c.Sq = 150, c.Skv = 150, c.Nq = 2, c.Nkv = 1, c.D = 64, c.Dv = 64;
+  c.mask = true, c.bias = true, c.softcap = 5.0f, c.sinks = true;
+  cs.push_back(c);
+  c.mask = false, c.bias = false, c.softcap = 0.0f, c.sinks = false, c.causal = true, c.wl = 70, c.wr = 0;
+  cs.push_back(c);
+  expect_all(cs);
+}
+
 TEST(FlashAttention, VarlenWithEmptySequences) {
   FlashCase c;
   c.layout = AttnLayout::kTND;

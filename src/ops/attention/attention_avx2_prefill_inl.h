@@ -1,0 +1,207 @@
+// Prefill on AVX2 units (bf16, K / V reused by other jobs): a job's scores and P·V as calls
+// of the GEMM family's f32 microkernel (6 rows x 64 columns, gemm_avx2.cpp), included by
+// attention_kernels_inl.h next to the bf16 tiles.
+//
+// Why: the tiles (attention_avx2_bf16_inl.h) widen each K / V chunk once per 4 rows and
+// end every 8 scores in a horizontal-add tree. The GEMM kernel broadcasts one A value per
+// row against two B vectors, 12 accumulators, no reduction. It needs B with the reduced
+// dimension first, so per KV block the job writes, once for all its rows (96 on AVX2,
+// Kernels::prefill_rows):
+//   K^T  [D][64] f32    (B of S = Q K^T; walked in 64-row pieces of 16 KiB)
+//   V    [planes][64][64] f32, a plane per 64 columns of Dv (B of O += P V, kc = n keys)
+// and per job Q in the kernel's A layout (6-row micro-panels [d][6]); P is packed to
+// [key][6] per slice. O lives in the kernel's tile layout [plane][row][64] until the
+// job's end. Each B piece (16 KiB) serves all the job's row slices from L1.
+// Measured against the tiles, alternating in one process: with 32-row jobs the two were
+// equal (the kernels ran faster, but widening / transposing the block, waiting on its
+// rows and packing P took it back); with 96-row jobs S = 2048 / 4096 +16% / +11% over
+// the 32-row tiles and +7% / +25% over 96-row tiles.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including attention_avx2_prefill_inl.h"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/attention/attention_internal.h"
+#include "ops/gemm/gemm_kernels.h"
+
+namespace optx::attn_detail::OPTX_ISA_NS {
+namespace {
+
+using gemm_detail::kMR;
+using gemm_detail::kNR;
+static_assert(kKvBlock == kNR, "a KV block is one panel of the GEMM kernel");
+
+inline int64_t gemm_planes(int64_t Dv) { return (Dv + kNR - 1) / kNR; }
+inline int64_t gemm_slices(int R) { return (R + kMR - 1) / kMR; }
+
+struct GemmPrefill {
+  int R = 0;
+  int64_t D = 0, Dv = 0, planes = 0;
+  float* q = nullptr;   // slices x D x kMR
+  float* kt = nullptr;  // D x 64
+  float* v = nullptr;   // planes x 64 x 64
+  float* o = nullptr;   // planes x R x 64
+  float* p = nullptr;   // slices x 64 x kMR
+  static constexpr int64_t kKc = 64;  // K^T rows per piece of the scores
+  gemm_detail::KernelF32A kern = nullptr;
+
+  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch)
+      : R(rows), D(d), Dv(dv), planes(gemm_planes(dv)), kern(gemm_detail::kernels_avx2().f32b) {
+    // Layout sized by job_scratch_floats (attention_internal.h); 32-byte aligned pieces
+    // (the kernel's B loads are aligned).
+    q = scratch;
+    kt = q + gemm_slices(kMaxJobRows) * kMR * D;
+    v = kt + D * kNR;
+    o = v + planes * kNR * kNR;
+    p = o + planes * kMaxJobRows * kNR;
+    std::fill(o, o + planes * R * kNR, 0.0f);
+  }
+
+  // qf: R rows of q (scaled), stride Dp. Rows past R in the last slice are zero.
+  void pack_q(const float* qf, int64_t Dp) {
+    for (int s = 0; s < gemm_slices(R); ++s) {
+      float* dst = q + s * kMR * D;
+      for (int64_t d = 0; d < D; ++d)
+        for (int r = 0; r < kMR; ++r) {
+          const int row = s * kMR + r;
+          dst[d * kMR + r] = row < R ? qf[row * Dp + d] : 0.0f;
+        }
+    }
+  }
+
+  // K^T of keys kp[0, n) (bf16 rows of D values, D a multiple of 16): 8 keys x 8 values
+  // at a time, widened and transposed in registers; keys n .. 64 zero.
+  void load_k(const void* const* kp, int64_t n) {
+    int64_t j0 = 0;
+    for (; j0 + 8 <= n; j0 += 8) {
+      const uint16_t* k[8];
+      for (int i = 0; i < 8; ++i) k[i] = static_cast<const uint16_t*>(kp[j0 + i]);
+      for (int64_t d = 0; d < D; d += 8) {
+        __m256 x[8];
+        for (int i = 0; i < 8; ++i)
+          x[i] = _mm256_castsi256_ps(_mm256_slli_epi32(
+              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[i] + d))), 16));
+        transpose8(x);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kNR + j0, x[i]);
+      }
+    }
+    for (int64_t d = 0; d < D; ++d) {
+      for (int64_t jj = j0; jj < n; ++jj)
+        kt[d * kNR + jj] = bf16_to_f32(static_cast<const uint16_t*>(kp[jj])[d]);
+      for (int64_t jj = n; jj < kNR; ++jj) kt[d * kNR + jj] = 0.0f;
+    }
+  }
+
+  // V of keys vp[0, n) (bf16 rows of Dv values, Dv a multiple of 16) into the planes;
+  // columns past Dv zero.
+  void load_v(const void* const* vp, int64_t n) {
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const uint16_t* src = static_cast<const uint16_t*>(vp[jj]);
+      for (int64_t c = 0; c < planes * kNR; c += 8) {
+        float* dst = v + (c / kNR) * kNR * kNR + jj * kNR + c % kNR;
+        if (c < Dv)
+          _mm256_storeu_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                    _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))), 16)));
+        else
+          _mm256_storeu_ps(dst, _mm256_setzero_ps());
+      }
+    }
+  }
+
+  // The next block's rows (kp / vp of the job), prefetched a share per kernel call while
+  // this block computes: rows a token apart are 4 KiB apart, which the hardware
+  // prefetchers do not follow, and loading the block waited on them otherwise.
+  void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
+    pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
+    const int64_t calls = gemm_slices(R) * ((D + kKc - 1) / kKc + planes);
+    pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
+  }
+
+  // S[r][0, 64) (stride kKvBlock) = q_r . k for all rows; keys past n score 0. K^T is
+  // walked in 64-row pieces (16 KiB), each reused by all row slices from L1: a whole
+  // 32 KiB K^T per slice came from L2 (a 2-row slice cost 70% of a 6-row one).
+  void scores(float* S) {
+    const gemm_detail::Prefetch pf;
+    for (int64_t d0 = 0; d0 < D; d0 += kKc)
+      for (int s = 0; s < gemm_slices(R); ++s) {
+        kern(std::min(kMR, R - s * kMR), std::min(kKc, D - d0), q + s * kMR * D + d0 * kMR, kt + d0 * kNR,
+             S + s * kMR * kKvBlock, d0 > 0, pf);
+        prefetch_some();
+      }
+  }
+
+  // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V plane (16 KiB) at a time.
+  void pv(const float* P, int64_t n) {
+    const gemm_detail::Prefetch pf;
+    // 8 rows x 8 keys transposed in registers; key jj's 8 values are stored at its 6-float
+    // slot, the two extra lanes overwritten by key jj + 1 (or, past a slice's last key,
+    // by the next slice's first; the last slice's spill lands in the buffer's padding).
+    // Rows past R read the following scratch: they land in lanes the kernel does not read
+    // (r >= its m) or that are overwritten.
+    for (int s = 0; s < gemm_slices(R); ++s)
+      for (int64_t jj = 0; jj < n; jj += 8) {
+        __m256 x[8];
+        for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(P + (s * kMR + i) * kKvBlock + jj);
+        transpose8(x);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(p + (s * kNR + jj + i) * kMR, x[i]);
+      }
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int s = 0; s < gemm_slices(R); ++s) {
+        kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + pl * kNR * kNR, o + (pl * R + s * kMR) * kNR, true, pf);
+        prefetch_some();
+      }
+  }
+
+  void scale_row(int r, float f) {
+    const __m256 s = _mm256_set1_ps(f);
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      float* x = o + (pl * R + r) * kNR;
+      for (int c = 0; c < kNR; c += 8) _mm256_storeu_ps(x + c, _mm256_mul_ps(_mm256_loadu_ps(x + c), s));
+    }
+  }
+
+  // O into acc (R rows, stride Dvp), the layout the job's epilogue reads.
+  void store_o(float* acc, int64_t Dvp) const {
+    for (int r = 0; r < R; ++r)
+      for (int64_t c = 0; c < Dv; ++c) acc[r * Dvp + c] = o[((c / kNR) * R + r) * kNR + c % kNR];
+  }
+
+ private:
+  const void* const* pf_k = nullptr;
+  const void* const* pf_v = nullptr;
+  int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
+  int64_t k_lines() const { return (D * 2 + 63) / 64; }
+  int64_t v_lines() const { return (Dv * 2 + 63) / 64; }
+  void prefetch_some() {
+    const int64_t kl = k_lines(), vl = v_lines();
+    for (int64_t i = 0; i < pf_per_call && pf_key < pf_n; ++i) {
+      const char* row = static_cast<const char*>(pf_line < kl ? pf_k[pf_key] : pf_v[pf_key]);
+      _mm_prefetch(row + 64 * (pf_line < kl ? pf_line : pf_line - kl), _MM_HINT_T0);
+      if (++pf_line == kl + vl) pf_line = 0, ++pf_key;
+    }
+  }
+  OPTX_ALWAYS_INLINE static void transpose8(__m256 (&x)[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+    }
+    __m256 u[8];
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+      x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace optx::attn_detail::OPTX_ISA_NS
