@@ -166,7 +166,8 @@ struct GemmPrefill {
   // O into acc (R rows, stride Dvp), the layout the job's epilogue reads.
   void store_o(float* acc, int64_t Dvp) const {
     for (int r = 0; r < R; ++r)
-      for (int64_t c = 0; c < Dv; ++c) acc[r * Dvp + c] = o[((c / kNR) * R + r) * kNR + c % kNR];
+      for (int64_t pl = 0; pl < planes; ++pl)
+        std::copy_n(o + (pl * R + r) * kNR, std::min<int64_t>(kNR, Dv - pl * kNR), acc + r * Dvp + pl * kNR);
   }
 
  private:
