@@ -137,10 +137,10 @@ Plan make_plan(const GemmParams& p, bool amx) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
     off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
   }
-  // A bf16 / i8 K block widened to f32 (KernelTable::widen_b) when it serves several row
-  // slices: only plans with more than kMR rows, whose kc is a K block, not all of K.
+  // A bf16 / i8 K block widened to f32 (KernelTable::widen_b) when two full row slices
+  // share it: only plans of at least 2 kMR rows, whose kc is a K block, not all of K.
   pl.wbuf_off = off;
-  if (!amx && bt != DType::kF32 && pl.M > kMR) off = align_up(off + size_t(pl.kc) * kNR * sizeof(float));
+  if (!amx && bt != DType::kF32 && pl.M >= 2 * kMR) off = align_up(off + size_t(pl.kc) * kNR * sizeof(float));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
