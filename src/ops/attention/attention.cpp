@@ -52,7 +52,7 @@ struct Seq {
 };
 
 // ---- the parallel driver ------------------------------------------------------------------
-size_t scratch_bytes(const Config& c) { return align_up(size_t(job_scratch_floats(c.D, c.Dv, c.max_rows)) * sizeof(float)); }
+size_t scratch_bytes(int64_t D, int64_t Dv, int rows) { return align_up(size_t(job_scratch_floats(D, Dv, rows)) * sizeof(float)); }
 
 // Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
 // the fly by make(idx, job).
@@ -67,7 +67,7 @@ void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, siz
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
       make(idx, job);
-      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c);
+      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv, c.max_rows);
       k.run_job(c, job, scratch);
     }
   }
@@ -330,7 +330,7 @@ FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g, int rows)
   j.cfg.bf16 = p.q.dtype == DType::kBF16;
   j.cfg.D = g.D;
   j.cfg.Dv = g.Dv;
-  j.cfg.max_rows = kMaxJobRows;  // whatever the kernel's prefill_rows: the workspace does not depend on it
+  j.cfg.max_rows = kMaxJobRows;  // whatever the kernel's prefill_rows: flash_workspace does not know it
   j.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(g.D));
   j.cfg.softcap = p.softcap;
   j.cfg.causal = p.causal;
@@ -361,7 +361,7 @@ struct DecodeJobs {
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
   size_t per_thread() const {
     const int64_t heads = all_heads_fit() ? Nkv : 1;  // an all_heads job stages whole rows
-    return scratch_bytes(cfg) +
+    return scratch_bytes(cfg.D, cfg.Dv, cfg.max_rows) +
            (i8.k ? align_up(I8Kv::stage_bytes(heads * i8.k_dim + i8.rope_dim, i8.v ? heads * i8.v_dim : 0, cfg.bf16)) : 0);
   }
   int64_t rows_total() const { return B * Sq * Nq; }
@@ -740,7 +740,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   FlashGeo g;
   OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
   const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
-  const size_t per_thread = scratch_bytes(jobs.cfg);
+  const size_t per_thread = scratch_bytes(g.D, g.Dv, jobs.cfg.max_rows);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
@@ -765,7 +765,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(flash_jobs(p, g, kMaxRows).cfg) * size_t(num_threads()) + kAlign;
+  return scratch_bytes(g.D, g.Dv, kMaxJobRows) * size_t(num_threads()) + kAlign;
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }

@@ -34,12 +34,9 @@ using gemm_detail::kMR;
 using gemm_detail::kNR;
 static_assert(kKvBlock == kNR, "a KV block is one panel of the GEMM kernel");
 
-inline int64_t gemm_planes(int64_t Dv) { return (Dv + kNR - 1) / kNR; }
-inline int64_t gemm_slices(int R) { return (R + kMR - 1) / kMR; }
-
 struct GemmPrefill {
   int R = 0;
-  int64_t D = 0, Dv = 0, planes = 0;
+  int64_t D = 0, Dv = 0, planes = 0, slices = 0;
   float* q = nullptr;   // slices x D x kMR
   float* kt = nullptr;  // D x 64
   float* v = nullptr;   // planes x 64 x 64
@@ -48,21 +45,17 @@ struct GemmPrefill {
   static constexpr int64_t kKc = 64;  // K^T rows per piece of the scores
   gemm_detail::KernelF32A kern = nullptr;
 
-  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch)
-      : R(rows), D(d), Dv(dv), planes(gemm_planes(dv)), kern(gemm_detail::kernels_avx2().f32b) {
-    // Layout sized by job_scratch_floats (attention_internal.h); 32-byte aligned pieces
-    // (the kernel's B loads are aligned).
-    q = scratch;
-    kt = q + gemm_slices(kMaxJobRows) * kMR * D;
-    v = kt + D * kNR;
-    o = v + planes * kNR * kNR;
-    p = o + planes * kMaxJobRows * kNR;
+  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch) : R(rows), D(d), Dv(dv), kern(gemm_detail::kernels_avx2().f32b) {
+    const GemmPrefillLayout l(d, dv);
+    planes = l.planes;
+    slices = (rows + kMR - 1) / kMR;
+    q = scratch + l.q, kt = scratch + l.kt, v = scratch + l.v, o = scratch + l.o, p = scratch + l.p;
     std::fill(o, o + planes * R * kNR, 0.0f);
   }
 
   // qf: R rows of q (scaled), stride Dp. Rows past R in the last slice are zero.
   void pack_q(const float* qf, int64_t Dp) {
-    for (int s = 0; s < gemm_slices(R); ++s) {
+    for (int s = 0; s < slices; ++s) {
       float* dst = q + s * kMR * D;
       for (int64_t d = 0; d < D; ++d)
         for (int r = 0; r < kMR; ++r) {
@@ -81,9 +74,7 @@ struct GemmPrefill {
       for (int i = 0; i < 8; ++i) k[i] = static_cast<const uint16_t*>(kp[j0 + i]);
       for (int64_t d = 0; d < D; d += 8) {
         __m256 x[8];
-        for (int i = 0; i < 8; ++i)
-          x[i] = _mm256_castsi256_ps(_mm256_slli_epi32(
-              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[i] + d))), 16));
+        for (int i = 0; i < 8; ++i) x[i] = simd_type::load(k[i] + d);
         transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kNR + j0, x[i]);
       }
@@ -102,11 +93,7 @@ struct GemmPrefill {
       const uint16_t* src = static_cast<const uint16_t*>(vp[jj]);
       for (int64_t c = 0; c < planes * kNR; c += 8) {
         float* dst = v + (c / kNR) * kNR * kNR + jj * kNR + c % kNR;
-        if (c < Dv)
-          _mm256_storeu_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                    _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))), 16)));
-        else
-          _mm256_storeu_ps(dst, _mm256_setzero_ps());
+        _mm256_storeu_ps(dst, c < Dv ? simd_type::load(src + c) : _mm256_setzero_ps());
       }
     }
   }
@@ -116,7 +103,7 @@ struct GemmPrefill {
   // prefetchers do not follow, and loading the block waited on them otherwise.
   void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
     pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
-    const int64_t calls = gemm_slices(R) * ((D + kKc - 1) / kKc + planes);
+    const int64_t calls = slices * ((D + kKc - 1) / kKc + planes);
     pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
   }
 
@@ -126,7 +113,7 @@ struct GemmPrefill {
   void scores(float* S) {
     const gemm_detail::Prefetch pf;
     for (int64_t d0 = 0; d0 < D; d0 += kKc)
-      for (int s = 0; s < gemm_slices(R); ++s) {
+      for (int s = 0; s < slices; ++s) {
         kern(std::min(kMR, R - s * kMR), std::min(kKc, D - d0), q + s * kMR * D + d0 * kMR, kt + d0 * kNR,
              S + s * kMR * kKvBlock, d0 > 0, pf);
         prefetch_some();
@@ -141,7 +128,7 @@ struct GemmPrefill {
     // by the next slice's first; the last slice's spill lands in the buffer's padding).
     // Rows past R read the following scratch: they land in lanes the kernel does not read
     // (r >= its m) or that are overwritten.
-    for (int s = 0; s < gemm_slices(R); ++s)
+    for (int s = 0; s < slices; ++s)
       for (int64_t jj = 0; jj < n; jj += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(P + (s * kMR + i) * kKvBlock + jj);
@@ -149,7 +136,7 @@ struct GemmPrefill {
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(p + (s * kNR + jj + i) * kMR, x[i]);
       }
     for (int64_t pl = 0; pl < planes; ++pl)
-      for (int s = 0; s < gemm_slices(R); ++s) {
+      for (int s = 0; s < slices; ++s) {
         kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + pl * kNR * kNR, o + (pl * R + s * kMR) * kNR, true, pf);
         prefetch_some();
       }

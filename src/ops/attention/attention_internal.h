@@ -215,19 +215,30 @@ struct Config {
   int max_rows = kMaxRows;
 };
 
+// The AVX2 prefill GEMM path's operands (attention_avx2_prefill_inl.h), as float offsets
+// into the part of a flash job's scratch after the rows' q, O and scores: Q in 6-row
+// micro-panels, K^T [D][64], V and O in planes of 64 columns, P micro-panels. Each piece
+// is a multiple of 8 floats (the kernel's B loads are aligned); `floats` keeps 8 more for
+// the last overlapping store of the P / Q packing.
+struct GemmPrefillLayout {
+  int64_t planes, slices, q = 0, kt, v, o, p, floats;
+  GemmPrefillLayout(int64_t D, int64_t Dv)
+      : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR), slices((kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR) {
+    kt = q + slices * gemm_detail::kMR * D;
+    v = kt + D * gemm_detail::kNR;
+    o = v + planes * gemm_detail::kNR * gemm_detail::kNR;
+    p = o + planes * kMaxJobRows * gemm_detail::kNR;
+    floats = p + slices * gemm_detail::kNR * gemm_detail::kMR + 8;
+  }
+};
+
 // Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
 // kernel's q rows, accumulators and one block of scores, then either one block of staged
-// bf16 K / V rows or, for flash (rows == kMaxJobRows), the AVX2 prefill GEMM path's
-// operands (attention_avx2_prefill_inl.h: Q micro-panels, K^T, V and O planes of 64
-// columns, P micro-panels); or the AMX kernel's Q^T, staged K and V pairs, scores, P and O
-// (the larger).
+// bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout; or the AMX
+// kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
-  const int64_t planes = (Dv + gemm_detail::kNR - 1) / gemm_detail::kNR;
-  const int64_t slices = (kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR;
-  const int64_t gemm = rows < kMaxJobRows ? 0
-                       : slices * gemm_detail::kMR * D + D * gemm_detail::kNR + planes * gemm_detail::kNR * (gemm_detail::kNR + kMaxJobRows) +
-                             slices * gemm_detail::kNR * gemm_detail::kMR + 8;
+  const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(kKvBlock * (D + Dv) / 2, gemm);
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
