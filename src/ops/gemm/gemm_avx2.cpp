@@ -24,6 +24,11 @@ struct LoadF32 {
     v[1] = _mm256_load_ps(p + 8);
   }
 };
+// A bf16 pair dword (even k | odd k << 16) of 8 columns -> the even and the odd k as f32.
+OPTX_ALWAYS_INLINE void widen_pairs(__m256i v, __m256& even, __m256& odd) {
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+}
 struct LoadI8 {
   static constexpr int64_t kRowBytes = kNR;
   OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
@@ -119,7 +124,6 @@ template <int M, int NV = 2>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
-  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   const int64_t chunk = 2 * kChunkBytes / (kNR * 4);  // k values, even
   for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
@@ -132,11 +136,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
         const uint16_t* p = b + k * kNR + s * 16 * NV;
         __m256 ev[NV], od[NV];
 #pragma GCC unroll 4
-        for (int i = 0; i < NV; ++i) {
-          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i));
-          ev[i] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-          od[i] = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
-        }
+        for (int i = 0; i < NV; ++i) widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i)), ev[i], od[i]);
         fma_rows<M, NV>(c, ev, a, k);
         fma_rows<M, NV>(c, od, a, k + 1);
       }
@@ -178,14 +178,14 @@ void gemv4_f32(const Gemv4Args& g) {
 // A pair row holds one dword (even k | odd k << 16) per column, in column order: the
 // 32-byte piece i is columns 8i .. 8i + 7.
 void gemv4_bf16b(const Gemv4Args& g) {
-  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   gemv_panels(g, 2, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[8]) {  // k even; odd K reads the zero pad
     const __m256 a0 = _mm256_broadcast_ss(g.a + k * kMR), a1 = _mm256_broadcast_ss(g.a + (k + 1) * kMR);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i));
-      c[i] = _mm256_fmadd_ps(a0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), c[i]);
-      c[i] = _mm256_fmadd_ps(a1, _mm256_castsi256_ps(_mm256_and_si256(v, hi)), c[i]);
+      __m256 even, odd;
+      widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
+      c[i] = _mm256_fmadd_ps(a0, even, c[i]);
+      c[i] = _mm256_fmadd_ps(a1, odd, c[i]);
     }
   });
 }
@@ -209,45 +209,43 @@ void gemv4_i8b(const Gemv4Args& g) {
 void widen_b(DType bt, int64_t kc, const void* bv, float* dst) {
   if (bt == DType::kBF16) {
     const uint16_t* b = static_cast<const uint16_t*>(bv);
-    const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
-    // Pair row q holds k = 2q (low half) and 2q + 1 (high half) of each column; an odd kc
-    // writes only the even row of its last pair.
+    // Pair row q holds k = 2q and 2q + 1 of each column; an odd kc writes only the even
+    // row of its last pair.
     for (int64_t k = 0; k < kc; k += 2) {
       float* d = dst + k * kNR;
       for (int i = 0; i < kNR / 8; ++i) {
-        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + k * kNR + 16 * i));
-        _mm256_store_ps(d + 8 * i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-        if (k + 1 < kc) _mm256_store_ps(d + kNR + 8 * i, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
+        __m256 even, odd;
+        widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(b + k * kNR + 16 * i)), even, odd);
+        _mm256_store_ps(d + 8 * i, even);
+        if (k + 1 < kc) _mm256_store_ps(d + kNR + 8 * i, odd);
       }
     }
   } else {
-    const int8_t* b = static_cast<const int8_t*>(bv);
     for (int64_t k = 0; k < kc; ++k)
-      for (int i = 0; i < kNR / 8; ++i) {
-        const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + k * kNR + 8 * i));
-        _mm256_store_ps(dst + k * kNR + 8 * i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)));
+      for (int s = 0; s < 4; ++s) {
+        __m256 v[2];
+        LoadI8::even(bv, k, s, v);
+        _mm256_store_ps(dst + k * kNR + 16 * s, v[0]);
+        _mm256_store_ps(dst + k * kNR + 16 * s + 8, v[1]);
       }
   }
 }
 
-#define OPTX_DISPATCH_M(...)                    \
-  switch (m) {                                  \
-    case 1: return __VA_ARGS__<1>(kc, a, b, acc, accumulate, pf); \
-    case 2: return __VA_ARGS__<2>(kc, a, b, acc, accumulate, pf); \
-    case 3: return __VA_ARGS__<3>(kc, a, b, acc, accumulate, pf); \
-    case 4: return __VA_ARGS__<4>(kc, a, b, acc, accumulate, pf); \
-    case 5: return __VA_ARGS__<5>(kc, a, b, acc, accumulate, pf); \
-    default: return __VA_ARGS__<6>(kc, a, b, acc, accumulate, pf); \
+#define OPTX_DISPATCH_M(KERN, ...)      \
+  switch (m) {                          \
+    case 1: return KERN<1>(__VA_ARGS__);  \
+    case 2: return KERN<2>(__VA_ARGS__);  \
+    case 3: return KERN<3>(__VA_ARGS__);  \
+    case 4: return KERN<4>(__VA_ARGS__);  \
+    case 5: return KERN<5>(__VA_ARGS__);  \
+    default: return KERN<6>(__VA_ARGS__); \
   }
 
+// out / ldo: where the finished tile goes (acc for KernelF32A, C for KernelF32Out).
 template <int M>
-void kern_f32_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf) {
-  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf, acc, kNR);
-}
-template <int M>
-void kern_f32_out_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf,
-                    float* c, int64_t ldc) {
-  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf, c, ldc);
+void kern_f32_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf, float* out,
+                int64_t ldo) {
+  kern_one_m<LoadF32, M>(kc, a, b, acc, accumulate, pf, out, ldo);
 }
 template <int M>
 void kern_i8b_m(int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf) {
@@ -256,18 +254,11 @@ void kern_i8b_m(int64_t kc, const float* a, const void* b, float* acc, bool accu
 
 void kern_f32(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate, const Prefetch& pf) {
-  OPTX_DISPATCH_M(kern_f32_m)
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, acc, kNR)
 }
 void kern_f32_out(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
                   const Prefetch& pf, float* c, int64_t ldc) {
-  switch (m) {
-    case 1: return kern_f32_out_m<1>(kc, a, b, acc, accumulate, pf, c, ldc);
-    case 2: return kern_f32_out_m<2>(kc, a, b, acc, accumulate, pf, c, ldc);
-    case 3: return kern_f32_out_m<3>(kc, a, b, acc, accumulate, pf, c, ldc);
-    case 4: return kern_f32_out_m<4>(kc, a, b, acc, accumulate, pf, c, ldc);
-    case 5: return kern_f32_out_m<5>(kc, a, b, acc, accumulate, pf, c, ldc);
-    default: return kern_f32_out_m<6>(kc, a, b, acc, accumulate, pf, c, ldc);
-  }
+  OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, c, ldc)
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate, const Prefetch& pf) {
@@ -282,7 +273,7 @@ void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
 }
 void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate, const Prefetch& pf) {
-  OPTX_DISPATCH_M(kern_i8b_m)
+  OPTX_DISPATCH_M(kern_i8b_m, kc, a, b, acc, accumulate, pf)
 }
 #undef OPTX_DISPATCH_M
 
