@@ -12,6 +12,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "optx/tensor.h"
 
 namespace optx::numerics {
@@ -19,6 +23,39 @@ namespace optx::numerics {
 // vectorise it with zmm registers); with external linkage the linker would keep one
 // instantiation for all units, possibly an AVX-512 build for the scalar / AVX2 paths.
 namespace {
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define OPTX_QUANT_BF16_AVX2 1
+// The finite-row step of quantize_row_i8 for bf16 rows on AVX2 units, 32 values at a
+// time; returns how many it did (the scalar loop does the rest). GCC's vectorisation of
+// the scalar loop ran 0.245 ns per value on one Zen 3 core, this 0.131 (kv_cache_write to
+// an i8 cache: see the kv_cache README). Bitwise the scalar loop's codes: the same
+// operations in the same order (one rounding for x * inv, one each for + and - 1.5 * 2^23,
+// truncation of the integral result). No clamp: in a finite row |x| <= max|x|, so
+// |x * inv| <= 127 * (1 + 2^-23) and rounds to at most 127 in magnitude. Widening by
+// unpacking with zero splits each 128-bit lane into [0-3, 8-11] and [4-7, 12-15];
+// vpackssdw puts such a pair back in order, vpermq the lanes after vpacksswb.
+[[gnu::optimize("fp-contract=off")]] inline int64_t quantize_bf16_avx2(const uint16_t* x, int64_t n, float inv, int8_t* q) {
+  const __m256 s = _mm256_set1_ps(inv), r = _mm256_set1_ps(12582912.0f);
+  const __m256i z = _mm256_setzero_si256();
+  auto codes16 = [&](const uint16_t* p) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    __m256i c[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 f = _mm256_castsi256_ps(h ? _mm256_unpackhi_epi16(z, v) : _mm256_unpacklo_epi16(z, v));
+      const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(f, s), r), r);
+      c[h] = _mm256_cvttps_epi32(y);
+    }
+    return _mm256_packs_epi32(c[0], c[1]);  // 16 values as i16, in order
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i b = _mm256_packs_epi16(codes16(x + i), codes16(x + i + 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permute4x64_epi64(b, 0xD8));
+  }
+  return i;
+}
+#endif
 
 // Written so that the compiler vectorises it under each unit's flags without fast-math
 // (which would change the results). max|x| is taken on the bit patterns: with the sign
@@ -66,7 +103,13 @@ template <class T>
   // x / max|x| * 127 instead, in the same loop.
   const bool inv_ok = inv <= FLT_MAX;
   if (finite && inv_ok) {
-    for (int64_t i = 0; i < n; ++i) q[i] = int8_t(std::clamp(int32_t((f(x[i]) * inv + kRound) - kRound), -127, 127));
+    int64_t done = 0;
+#if OPTX_QUANT_BF16_AVX2
+    if constexpr (!kF32) done = quantize_bf16_avx2(x, n, inv, q);
+#endif
+    const T* xt = x + done;  // (a loop from `done` to n: GCC 12 warned of it overflowing)
+    int8_t* qt = q + done;
+    for (int64_t i = 0; i < n - done; ++i) qt[i] = int8_t(std::clamp(int32_t((f(xt[i]) * inv + kRound) - kRound), -127, 127));
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const float y = inv_ok ? f(x[i]) * inv : f(x[i]) / amax * 127.0f;

@@ -310,6 +310,46 @@ TEST(KvCacheWrite, I8CodesEqualAcrossImplementations) {
   for (const auto* impl : write_registry().runnable()) EXPECT_EQ(write_i8(*impl, rows, 2, 4, slots, 2).codes, want) << impl->name;
 }
 
+// bf16 rows of every length around the AVX2 unit's 32-value steps give every
+// implementation the codes rne(fl(x * fl(127 / max|x|))) clamped to +-127, computed here
+// with nearbyint rather than the kernels' rounding constant; the halfway products of the
+// 4.5 / 2.25 rows (63.5 -> 64, -63.5 -> -64) sit inside the vector steps.
+TEST(KvCacheWrite, I8CodesOfBf16RowsEveryLength) {
+  testing::Rng rng(7);
+  for (int64_t row : {1, 31, 32, 33, 64, 95, 1024}) {
+    const int64_t T = 3, S = 5;
+    std::vector<uint16_t> x(size_t(T * row));
+    for (auto& v : x) v = f32_to_bf16(rng.uniform(-5, 5));
+    for (int64_t i = 0; i < row; ++i) x[size_t(row + i)] = f32_to_bf16(i % 3 == 0 ? 2.25f : i % 3 == 1 ? -2.25f : 1.0f);
+    x[size_t(row + row / 2)] = f32_to_bf16(4.5f);  // token 1: max|x| 4.5, the rest halfway cases
+    const std::vector<int32_t> slots = {4, 0, 2};
+    for (const auto* impl : write_registry().runnable()) {
+      std::vector<int8_t> codes(size_t(S * row), 99);
+      std::vector<float> scales(size_t(S), -1.0f);
+      WriteArgs a;
+      ASSERT_TRUE(to_args(KvCacheWriteParams{.k = make_view(x.data(), DType::kBF16, {T, row}),
+                                             .slots = make_view(const_cast<int32_t*>(slots.data()), DType::kI32, {T}),
+                                             .k_cache = make_view(codes.data(), DType::kI8, {S, row}),
+                                             .k_scales = make_view(scales.data(), DType::kF32, {S})},
+                          &a)
+                      .ok());
+      ASSERT_TRUE(impl->fn(a).ok()) << impl->name;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t s = slots[size_t(t)];
+        float amax = 0.0f;
+        for (int64_t i = 0; i < row; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(x[size_t(t * row + i)])));
+        EXPECT_EQ(scales[size_t(s)], amax / 127.0f) << impl->name << " row=" << row << " t=" << t;
+        const volatile float inv = 127.0f / amax;
+        for (int64_t i = 0; i < row; ++i) {
+          const volatile float y = bf16_to_f32(x[size_t(t * row + i)]) * inv;
+          const int want = std::clamp(int(std::nearbyint(double(y))), -127, 127);
+          ASSERT_EQ(codes[size_t(s * row + i)], want) << impl->name << " row=" << row << " t=" << t << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
 // T = 0: valid, and writes nothing (through the public entry point and each implementation).
 TEST(KvCacheWrite, ZeroTokensWriteNothing) {
   const int64_t row = 8, S = 4;
