@@ -77,10 +77,9 @@ Status check_gating(const char* op, const MoeGatingParams& p) {
   return Status::Ok();
 }
 
-// The router over checked arguments; vec: scores, selection scores and top-k from the
-// AVX-512 unit (the same experts and, to f32 rounding, the same weights as the scalar loops).
-template <bool vec>
-Status gating_rows(const MoeGatingParams& p) {
+// The router over checked arguments; vk (null: the scalar loops): scores, selection scores
+// and top-k from a vector unit (the same experts and, to f32 rounding, the same weights).
+Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p) {
   const int64_t T = p.logits.sizes[0], E = p.logits.sizes[1], k = p.topk_ids.sizes[1];
   const float* bias = p.bias.empty() ? nullptr : static_cast<const float*>(p.bias.data);
   int32_t* ids = static_cast<int32_t*>(p.topk_ids.data);
@@ -89,16 +88,16 @@ Status gating_rows(const MoeGatingParams& p) {
   for (int64_t t = 0; t < T; ++t) {
     alignas(64) float logit[kMaxExperts], score[kMaxExperts], sel[kMaxExperts];
     bool ok[kMaxExperts];
-    if constexpr (vec) {
-      moe_detail::load_logits_avx512(static_cast<const uint8_t*>(p.logits.data) + size_t(t * E) * dtype_size(p.logits.dtype),
-                                     p.logits.dtype, E, logit);
+    if (vk) {
+      vk->load_logits(static_cast<const uint8_t*>(p.logits.data) + size_t(t * E) * dtype_size(p.logits.dtype), p.logits.dtype, E,
+                      logit);
     } else {
       for (int64_t e = 0; e < E; ++e) logit[e] = clamp_finite(load_f(p.logits, t * E + e));
     }
     int32_t* id = ids + t * k;
     float* w = wts + t * k;
     if (p.topk_then_softmax) {
-      if constexpr (vec) moe_detail::topk_avx512(logit, nullptr, E, k, id);
+      if (vk) vk->topk(logit, nullptr, E, k, id);
       else topk(logit, nullptr, E, k, id);
       const float m = logit[id[0]];
       float s = 0;
@@ -106,10 +105,10 @@ Status gating_rows(const MoeGatingParams& p) {
       for (int64_t j = 0; j < k; ++j) w[j] = w[j] / s * p.routed_scaling_factor;
       continue;
     }
-    if (p.score == MoeScore::kSoftmax && vec) {
-      moe_detail::softmax_scores_avx512(logit, E, score);
-    } else if (p.score == MoeScore::kSigmoid && vec) {
-      moe_detail::sigmoid_scores_avx512(logit, E, score);
+    if (p.score == MoeScore::kSoftmax && vk) {
+      vk->softmax_scores(logit, E, score);
+    } else if (p.score == MoeScore::kSigmoid && vk) {
+      vk->sigmoid_scores(logit, E, score);
     } else if (p.score == MoeScore::kSoftmax) {
       float m = -INFINITY, s = 0;
       for (int64_t e = 0; e < E; ++e) m = std::max(m, logit[e]);
@@ -123,7 +122,7 @@ Status gating_rows(const MoeGatingParams& p) {
         score[e] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));
       }
     }
-    if constexpr (vec) moe_detail::selection_scores_avx512(score, bias, E, sel);
+    if (vk) vk->selection_scores(score, bias, E, sel);
     else
       for (int64_t e = 0; e < E; ++e) sel[e] = clamp_finite(bias ? score[e] + bias[e] : score[e]);
     for (int64_t e = 0; e < E; ++e) ok[e] = true;
@@ -144,7 +143,7 @@ Status gating_rows(const MoeGatingParams& p) {
       for (int64_t g = 0; g < p.topk_group; ++g)
         for (int64_t e = keep[g] * gs; e < (keep[g] + 1) * gs; ++e) ok[e] = true;
     }
-    if constexpr (vec) moe_detail::topk_avx512(sel, ok, E, k, id);
+    if (vk) vk->topk(sel, ok, E, k, id);
     else topk(sel, ok, E, k, id);
     float s = 0;
     for (int64_t j = 0; j < k; ++j) s += (w[j] = score[id[j]]);
@@ -157,8 +156,9 @@ Status gating_rows(const MoeGatingParams& p) {
 using GatingFn = Status (*)(const MoeGatingParams&);
 dispatch::Registry<GatingFn> gating_registry(const char* op) {
   return dispatch::Registry<GatingFn>(op, {
-                                              {"avx512", Isa::kAvx512, gating_rows<true>},
-                                              {"scalar", Isa::kScalar, gating_rows<false>},
+                                              {"avx512", Isa::kAvx512, [](const MoeGatingParams& p) { return gating_rows(&moe_detail::gating_kernels_avx512(), p); }},
+                                              {"avx2", Isa::kAvx2, [](const MoeGatingParams& p) { return gating_rows(&moe_detail::gating_kernels_avx2(), p); }},
+                                              {"scalar", Isa::kScalar, [](const MoeGatingParams& p) { return gating_rows(nullptr, p); }},
                                               {"reference", Isa::kScalar, moe_detail::gating_reference},
                                           });
 }

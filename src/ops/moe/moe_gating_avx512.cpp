@@ -105,4 +105,9 @@ void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int
   }
 }
 
+const GatingKernels& gating_kernels_avx512() {
+  static const GatingKernels k{load_logits_avx512, selection_scores_avx512, softmax_scores_avx512, sigmoid_scores_avx512, topk_avx512};
+  return k;
+}
+
 }  // namespace optx::moe_detail

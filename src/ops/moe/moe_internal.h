@@ -18,18 +18,23 @@ inline constexpr int64_t kMaxTopK = 32;
 // Hidden size finalize accumulates on the stack.
 inline constexpr int64_t kMaxHidden = 16384;
 
-// The routers' per-expert scores and top-k from an AVX-512 unit (moe_gating_avx512.cpp):
-// the gating registry's "avx512" entry; "scalar" runs moe.cpp's loops, "reference"
-// moe_ref.cpp's. topk_avx512 takes finite values only (it marks taken and ineligible lanes
-// -inf, which must stay below every candidate): the routers clamp what they select on,
-// with the same clamp in every implementation (moe.cpp's clamp_finite).
 // The gating semantics in double, sorting instead of selecting (arguments checked).
 Status gating_reference(const MoeGatingParams& p);
-void load_logits_avx512(const void* row, DType dt, int64_t E, float* logit);             // clamped
-void selection_scores_avx512(const float* score, const float* bias, int64_t E, float* sel);  // clamped score + bias
-void softmax_scores_avx512(const float* logit, int64_t E, float* score);
-void sigmoid_scores_avx512(const float* logit, int64_t E, float* score);
-void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);  // n <= kMaxExperts
+
+// A vector unit's router steps (moe_gating_avx512.cpp, moe_gating_avx2.cpp): the gating
+// registry's "avx512" / "avx2" entries; "scalar" runs moe.cpp's loops, "reference"
+// moe_ref.cpp's. topk takes finite values only (it marks taken and ineligible lanes -inf,
+// which must stay below every candidate): the routers clamp what they select on, with the
+// same clamp in every implementation (moe.cpp's clamp_finite).
+struct GatingKernels {
+  void (*load_logits)(const void* row, DType dt, int64_t E, float* logit);             // clamped
+  void (*selection_scores)(const float* score, const float* bias, int64_t E, float* sel);  // clamped score + bias
+  void (*softmax_scores)(const float* logit, int64_t E, float* score);
+  void (*sigmoid_scores)(const float* logit, int64_t E, float* score);
+  void (*topk)(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);  // n <= kMaxExperts
+};
+const GatingKernels& gating_kernels_avx512();
+const GatingKernels& gating_kernels_avx2();
 
 inline float load_f(const TensorView& t, int64_t i) {
   return t.dtype == DType::kBF16 ? bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]) : static_cast<const float*>(t.data)[i];

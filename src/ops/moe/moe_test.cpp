@@ -20,8 +20,8 @@ using moe_testutil::gating_ref;
 // isolation restores the variable after the test).
 template <class F>
 void each_gating_impl(F f) {
-  for (const std::string name : {"avx512", "scalar", "reference"}) {
-    if (name == "avx512" && active_isa() < Isa::kAvx512) continue;
+  for (const std::string name : {"avx512", "avx2", "scalar", "reference"}) {
+    if ((name == "avx512" && active_isa() < Isa::kAvx512) || (name == "avx2" && active_isa() < Isa::kAvx2)) continue;
     setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
     ASSERT_EQ(selected_impl("moe_gating_topk"), name);
     ASSERT_EQ(selected_impl("moe_gating_topk_softmax"), name);
@@ -55,6 +55,9 @@ TEST(MoeGating, EveryImplementationMatchesReference) {
       {MoeScore::kSoftmax, 48, 7, 6, 2, MoeGroupScore::kMax, false, false, false, 16.0f},
       {MoeScore::kSoftmax, 12, 7, 1, 1, MoeGroupScore::kMax, false, false, true, 1.0f},
       {MoeScore::kSoftmax, 9, 5, 1, 1, MoeGroupScore::kMax, false, true, true, 1.0f},
+      // Groups over a width off the vector lanes: ineligible experts in a partial vector.
+      {MoeScore::kSoftmax, 36, 4, 6, 2, MoeGroupScore::kMax, false, true, false, 1.0f},
+      {MoeScore::kSigmoid, 60, 6, 5, 2, MoeGroupScore::kTop2Sum, true, true, false, 2.5f},
   };
   for (const GatingCase& c : cases)
     for (int64_t T : {0, 1, 7, 128, 1000}) {
