@@ -14,21 +14,16 @@ namespace {
 
 using V = simd::Avx2;
 
-// All ones in lanes [0, n).
-inline __m256i lanes_below(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-// The first min(n, 8) values from p, zeros above; a masked load (vmaskmovps), not
-// simd::Avx2's stack copy, whose scalar stores and vector reload stall on store forwarding
-// (it held the router at ~750 ns per token of E = 64 on one core).
-inline V::F load_n(const float* p, int64_t n) { return n >= V::W ? V::load(p) : _mm256_maskload_ps(p, lanes_below(n)); }
+// The first min(n, 8) values from p (zeros above) / into p: plain loads and stores for
+// whole vectors, masked ones (simd::Avx2's tails) for the last.
+inline V::F load_n(const float* p, int64_t n) { return n >= V::W ? V::load(p) : V::load(p, int(n)); }
 inline void store_n(float* p, V::F v, int64_t n) {
   if (n >= V::W) V::store(p, v);
-  else _mm256_maskstore_ps(p, lanes_below(n), v);
+  else V::store(p, v, int(n));
 }
 // x in lanes [0, n), `fill` above.
 inline V::F load_or(const float* p, int64_t n, V::F fill) {
-  return n >= V::W ? V::load(p) : _mm256_blendv_ps(fill, load_n(p, n), _mm256_castsi256_ps(lanes_below(n)));
+  return n >= V::W ? V::load(p) : _mm256_blendv_ps(fill, V::load(p, int(n)), _mm256_castsi256_ps(V::tail_mask(int(n))));
 }
 // moe.cpp's clamp_finite on 8 lanes: max_ps(x, lo) is lo for a NaN x, as x > lo ? x : lo.
 inline V::F clamp_finite(V::F x) { return _mm256_min_ps(_mm256_max_ps(x, V::set1(-FLT_MAX)), V::set1(FLT_MAX)); }
@@ -62,7 +57,7 @@ void softmax_scores(const float* logit, int64_t E, float* score) {
   for (int64_t e = 0; e < E; e += V::W) {
     const int n = int(std::min<int64_t>(V::W, E - e));
     const V::F x = V::exp(V::sub(load_n(logit + e, n), mv));
-    s = V::add(s, n == V::W ? x : _mm256_and_ps(x, _mm256_castsi256_ps(lanes_below(n))));
+    s = V::add(s, n == V::W ? x : _mm256_and_ps(x, _mm256_castsi256_ps(V::tail_mask(n))));
     store_n(score + e, x, n);
   }
   const V::F inv = V::set1(1.0f / V::reduce(s));
