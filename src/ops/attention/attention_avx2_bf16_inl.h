@@ -107,12 +107,12 @@ OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
 }
 
-// S[r * kKvBlock + jj] = q_r . k_jj (times ks[jj], an i8 cache's key scales, if given)
-// for NR rows (f32, stride Dp, in the order widen16 gives for E) and keys jj < n, two keys
-// at a time (an odd last key is paired with itself).
+// S[r * kKvBlock + jj] = q_r . k_jj (times ks[jj], an i8 cache's key scales, if given;
+// added to S with `add`) for NR rows (f32, stride Dp, in the order widen16 gives for E) and
+// keys jj < n, two keys at a time (an odd last key is paired with itself).
 template <int NR, class E>
 void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
-                 PrefetchCursor& pf) {
+                 PrefetchCursor& pf, bool add) {
   for (int64_t jj = 0; jj < n; jj += 2) {
     pf.step();
     const E* k0 = static_cast<const E*>(kp[jj]);
@@ -134,8 +134,9 @@ void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, i
     _mm256_store_ps(s, sum8(acc));
     const float s0 = ks ? ks[jj] : 1.0f, s1 = ks && jj + 1 < n ? ks[jj + 1] : 1.0f;
     for (int r = 0; r < NR; ++r) {
-      S[r * kKvBlock + jj] = s[2 * r] * s0;
-      if (jj + 1 < n) S[r * kKvBlock + jj + 1] = s[2 * r + 1] * s1;
+      float* out = S + r * kKvBlock + jj;
+      out[0] = add ? out[0] + s[2 * r] * s0 : s[2 * r] * s0;
+      if (jj + 1 < n) out[1] = add ? out[1] + s[2 * r + 1] * s1 : s[2 * r + 1] * s1;
     }
   }
 }
@@ -188,8 +189,8 @@ inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
 
 template <class E>
 void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks,
-                      float* S, PrefetchCursor& pf) {
-  by_row_tiles(R, [&](auto nr, int r) { scores_bf16<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf); });
+                      float* S, PrefetchCursor& pf, bool add = false) {
+  by_row_tiles(R, [&](auto nr, int r) { scores_bf16<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
 }
 template <class E>
 void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,

@@ -158,13 +158,19 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // nothing is dequantised into staging (B=1, 2 threads, back to back: ctx 8k 4.0-4.3 ->
   // 2.5-3.2 ms, ctx 32k 22.7 -> 12.4 ms; the bf16 cache 3.5-4.8 and 14.1 ms).
   [[maybe_unused]] const bool i8_tiles = tiles && c.kv_once && j.kv.i8.k && j.kv.i8.v;
+  // MLA from an i8 latent, likewise: the int8 tiles over the latent rows (each key's scale
+  // on its score and P column), the rope part's scores added by the bf16 tiles from its own
+  // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
+  // cache's tokens/s.
+  [[maybe_unused]] const bool mla_i8 = tiles && c.kv_once && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   for (int r = 0; r < R; ++r) {
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
     std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
 #if OPTX_ATTN_BF16_TILES
-    if (tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
+    if (mla_i8) swap_quads16(qf + r * Dp + c.Dv, c.D - c.Dv);  // the rope part only
+    else if (tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
 #endif
   }
 #if OPTX_ATTN_BF16_TILES
@@ -189,12 +195,14 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   constexpr int64_t kPrefetchKeys = 16;
   const void* kp[2 * kKvBlock];
   const void* vp[2 * kKvBlock];
+  [[maybe_unused]] const void* rp[2 * kKvBlock];  // mla_i8: the rope rows
   // Job::groups runs of rows, run g reading its KV head's slice, g * k_goff / v_goff values
   // into each row: a job over all KV heads reads whole rows in address order.
   const int G = j.groups, Rg = R / G;
   const int64_t k_span = (G - 1) * j.k_goff + c.D, v_span = (G - 1) * j.v_goff + c.Dv;
   const int64_t es = i8_tiles ? 1 : int64_t(sizeof(T));  // bytes per cache value read
   const int64_t k_lines = (k_span * es + 63) / 64, v_lines = (v_span * es + 63) / 64;
+  [[maybe_unused]] const int64_t lat_lines = (c.Dv + 63) / 64, rope_lines = ((c.D - c.Dv) * int64_t(sizeof(T)) + 63) / 64;
   const void* slice[kKvBlock];
   auto slices = [&slice, es](const void* const* rows, int64_t off, int64_t n) -> const void* const* {
     if (off == 0) return rows;
@@ -203,8 +211,14 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   };
   // Rows of keys j0 .. j0 + n: plain, dequantised into staging, or (i8_tiles) the int8 rows.
   auto rows = [&](int64_t j0, int64_t n, int64_t at) {
-    if (i8_tiles) j.kv.planes(j0, n, kp + at, vp + at, k_scale + at, v_scale + at, DequantRow{});
-    else j.kv.rows(j0, n, c.bf16, kp + at, vp + at, DequantRow{});
+    if (i8_tiles) {
+      j.kv.planes(j0, n, kp + at, vp + at, k_scale + at, v_scale + at, DequantRow{});
+    } else if (mla_i8) {
+      j.kv.sources(j0, n, c.bf16, kp + at, rp + at, k_scale + at, DequantRow{});
+      std::copy(kp + at, kp + at + n, vp + at);
+    } else {
+      j.kv.rows(j0, n, c.bf16, kp + at, vp + at, DequantRow{});
+    }
   };
   if (lo < hi) rows(lo, std::min(kKvBlock, hi - lo), 0);
   for (int64_t kb = lo; kb < hi; kb += kKvBlock) {
@@ -217,7 +231,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     // 128) are in flight or waiting in L2 rather than a whole next block (+3-13% from DRAM
     // against prefetching the next block's K during the scores and its V during P·V).
     PrefetchCursor pf_s, pf_v;
-    if (tiles && c.kv_once) {
+    if (mla_i8) {  // K and V are the same rows: the next block's rope rows, then its latent
+      pf_s = PrefetchCursor(rp + kKvBlock, n_next, rope_lines, G * score_steps(Rg, n));
+      pf_v = PrefetchCursor(kp + kKvBlock, n_next, lat_lines, G * pv_steps(Rg, c.Dv));
+    } else if (tiles && c.kv_once) {
       pf_s = PrefetchCursor(vp, n, v_lines, G * score_steps(Rg, n));
       pf_v = PrefetchCursor(kp + kKvBlock, n_next, k_lines, G * pv_steps(Rg, c.Dv));
     }
@@ -243,6 +260,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       if (gemm_prefill) continue;
       if (i8_tiles) {
         scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, k_scale, S + g * Rg * kKvBlock, pf_s);
+        continue;
+      }
+      if (mla_i8) {  // G == 1
+        PrefetchCursor none;
+        scores_bf16_rows<int8_t>(R, qf, Dp, kp, n, c.Dv, k_scale, S, pf_s);
+        scores_bf16_rows<uint16_t>(R, qf + c.Dv, Dp, rp, n, c.D - c.Dv, nullptr, S, none, /*add=*/true);
         continue;
       }
       if (tiles) {
@@ -323,9 +346,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
           vg = vst;
         }
         float* P = S + g * Rg * kKvBlock;
-        if (i8_tiles) {
+        if (i8_tiles || mla_i8) {
+          const float* vs = mla_i8 ? k_scale : v_scale;  // MLA: V is the latent, its scale K's
           for (int r = 0; r < Rg; ++r)
-            for (int64_t jj = 0; jj < n; ++jj) P[r * kKvBlock + jj] *= v_scale[jj];
+            for (int64_t jj = 0; jj < n; ++jj) P[r * kKvBlock + jj] *= vs[jj];
           pv_bf16_rows<int8_t>(Rg, P, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf_v);
         } else {
           pv_bf16_rows<uint16_t>(Rg, P, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf_v);
@@ -341,15 +365,14 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
 #endif
     std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
     std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
-    if (i8_tiles) {
-      std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
-      std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
-    }
+    if (i8_tiles || mla_i8) std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
+    if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
+    if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
   }
 #if OPTX_ATTN_BF16_TILES
   if (gemm_prefill)
     gp.store_o(acc, Dvp);
-  else if (tiles && !i8_tiles)
+  else if (tiles && !i8_tiles && !mla_i8)
     for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
 #endif
   for (int r = 0; r < R; ++r) {
