@@ -84,15 +84,23 @@ struct Avx2 {
   }
   OPTX_ALWAYS_INLINE static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
   OPTX_ALWAYS_INLINE static void store(float* p, F v, int n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
-  OPTX_ALWAYS_INLINE static __m128i to_bf16(F v) {
+  // v rounded to bf16 (nearest even; NaN quieted), one per 32-bit lane.
+  OPTX_ALWAYS_INLINE static __m256i bf16_lanes(F v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     const __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    r = _mm256_blendv_epi8(r, qnan, nan);
-    // Pack 8 x 32-bit (values < 65536) to 8 x 16-bit.
+    return _mm256_blendv_epi8(r, qnan, nan);
+  }
+  OPTX_ALWAYS_INLINE static __m128i to_bf16(F v) {
+    const __m256i r = bf16_lanes(v);  // 8 x 32-bit (values < 65536) packed to 8 x 16-bit
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  }
+  // v0 then v1 as 16 bf16: one 256-bit pack (per 128-bit lane: v0's half, v1's half) and
+  // one lane permute, instead of an extract and a pack per vector and an insert.
+  OPTX_ALWAYS_INLINE static __m256i to_bf16x2(F v0, F v1) {
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_lanes(v0), bf16_lanes(v1)), 0xD8);
   }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), to_bf16(v)); }
   OPTX_ALWAYS_INLINE static void stream_copy(void* dst, const void* src, size_t bytes) {
@@ -114,7 +122,7 @@ struct Avx2 {
     _mm256_stream_ps(p + W, v1);
   }
   OPTX_ALWAYS_INLINE static void store_stream2(uint16_t* p, F v0, F v1) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm256_set_m128i(to_bf16(v1), to_bf16(v0)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bf16x2(v0, v1));
   }
   OPTX_ALWAYS_INLINE static void store(uint16_t* p, F v, int n) {
     uint16_t t[W];
