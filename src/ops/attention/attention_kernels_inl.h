@@ -162,7 +162,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // on its score and P column), the rope part's scores added by the bf16 tiles from its own
   // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
   // cache's tokens/s.
-  [[maybe_unused]] const bool mla_i8 = tiles && c.kv_once && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  [[maybe_unused]] const bool mla_i8 = tiles && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   for (int r = 0; r < R; ++r) {
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
@@ -209,7 +209,8 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     for (int64_t jj = 0; jj < n; ++jj) slice[jj] = static_cast<const char*>(rows[jj]) + off * es;
     return slice;
   };
-  // Rows of keys j0 .. j0 + n: plain, dequantised into staging, or (i8_tiles) the int8 rows.
+  // Rows of keys j0 .. j0 + n: plain, dequantised into staging, or the int8 rows (i8_tiles;
+  // mla_i8: the latent rows, their scales and the rope rows).
   auto rows = [&](int64_t j0, int64_t n, int64_t at) {
     if (i8_tiles) {
       j.kv.planes(j0, n, kp + at, vp + at, k_scale + at, v_scale + at, DequantRow{});
@@ -262,7 +263,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, k_scale, S + g * Rg * kKvBlock, pf_s);
         continue;
       }
-      if (mla_i8) {  // G == 1
+      if (mla_i8) {
         PrefetchCursor none;
         scores_bf16_rows<int8_t>(R, qf, Dp, kp, n, c.Dv, k_scale, S, pf_s);
         scores_bf16_rows<uint16_t>(R, qf + c.Dv, Dp, rp, n, c.D - c.Dv, nullptr, S, none, /*add=*/true);
