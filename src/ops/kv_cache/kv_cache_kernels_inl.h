@@ -116,23 +116,6 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
   x.v();
 }
 
-// A thread's two token halves in lockstep, a head of one token and then of the other:
-// two read and six write streams per core instead of one and three.
-// bf16 T = 4096, 32 / 8 heads of 128, 2 threads, alternating in one process, six runs:
-// 3.59-3.99 -> 3.20-3.95 ms (1-13%, median 9%).
-template <class V, class T>
-void qkv_tokens2_t(const QkvArgs& a, int64_t t0, int64_t t1) {
-  const int64_t tm = nk::lockstep_mid(t0, t1), nb = t1 - tm;
-  for (int64_t i = 0; i < nb; ++i) {
-    const QkvToken<V, T> x(a, t0 + i), y(a, tm + i);
-    for (int64_t h = 0; h < a.hq; ++h) x.q(h), y.q(h);
-    for (int64_t h = 0; h < a.hkv; ++h) x.k(h), y.k(h);
-    x.v();
-    y.v();
-  }
-  if (tm - t0 > nb) qkv_token_t<V, T>(a, t0 + nb);
-}
-
 template <class V>
 void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
   // One token at a time: the two halves of a thread's range in lockstep (as norm_rows
@@ -143,10 +126,16 @@ void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
   if (a.bf16) mla_tokens_t<V, uint16_t>(a, t0, t1);
   else mla_tokens_t<V, float>(a, t0, t1);
 }
+// One token at a time, as mla_tokens: two tokens in lockstep (a head of one, then of the
+// other: two read and six write streams per core) had measured 1-13% faster once; on the
+// AVX2 machine of stop 18 one token at a time ran 1-3% faster in four alternating runs
+// (bf16 T = 4096, 32 / 8 heads of 128, one and two threads).
 template <class V>
 void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
-  if (a.bf16) qkv_tokens2_t<V, uint16_t>(a, t0, t1);
-  else qkv_tokens2_t<V, float>(a, t0, t1);
+  for (int64_t t = t0; t < t1; ++t) {
+    if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
+    else qkv_token_t<V, float>(a, t);
+  }
   V::stream_fence();
 }
 
