@@ -63,6 +63,35 @@ void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
   V::stream_fence();
 }
 
+// Float caches: the two halves of [t0, t1) in lockstep (norm's scale_rows2_sumsq_next),
+// so the core keeps two read and two write streams in flight, as norm_rows does (bf16
+// T = 4096, 2 threads, alternating in one process, six runs: 0.286-0.382 -> 0.258-0.374
+// ms, 2-11% faster). A token with slot -1 (and each half's last token) ends the lockstep
+// run; the rest go on through mla_tokens_t.
+template <class V, class T>
+void mla_tokens2_t(const MlaArgs& a, int64_t t0, int64_t t1) {
+  const T* w = static_cast<const T*>(a.weight);
+  const auto row = [&](int64_t t) { return static_cast<const T*>(a.kv) + t * a.ldkv; };
+  const int64_t tm = nk::lockstep_mid(t0, t1), nb = t1 - tm;
+  int64_t i = 0;
+  if (nb >= 2 && a.slot(t0) >= 0 && a.slot(tm) >= 0) {
+    float ssa = nk::row_sumsq<V>(row(t0), a.rank), ssb = nk::row_sumsq<V>(row(tm), a.rank);
+    const auto rope = [&](int64_t t, T* dst) { mla_rope_to<V>(a, t, row(t) + a.rank, dst + a.rank, /*stream=*/true); };
+    for (; i + 1 < nb; ++i) {  // tokens t0 + i and tm + i, while t0 + i + 1 and tm + i + 1 are summed
+      const int64_t ta = t0 + i, tb = tm + i;
+      if (a.slot(ta + 1) < 0 || a.slot(tb + 1) < 0) break;
+      T* da = static_cast<T*>(a.cache) + a.slot(ta) * a.ldc;
+      T* db = static_cast<T*>(a.cache) + a.slot(tb) * a.ldc;
+      nk::scale_rows2_sumsq_next<V>(row(ta), row(tb), w, nk::inv_rms(ssa, a.rank, a.eps), nk::inv_rms(ssb, a.rank, a.eps), a.rank, da,
+                                    db, true, nk::LoadRow<V, T>{row(ta + 1)}, nk::LoadRow<V, T>{row(tb + 1)}, ssa, ssb);
+      rope(ta, da);
+      rope(tb, db);
+    }
+  }
+  mla_tokens_t<V, T>(a, t0 + i, tm);
+  mla_tokens_t<V, T>(a, tm + i, t1);
+}
+
 // Each head asks for the lines 4 KiB further along the qkv rows (a third of a token ahead
 // at 48 heads x 128): the hardware streamer, seeing 256-byte runs per head, fell behind
 // (bf16 T = 4096: 4.8-5.0 ms without, 3.1-3.5 ms with; 2, 3, 6 and 8 KiB measured too).
@@ -116,25 +145,49 @@ void qkv_token_t(const QkvArgs& a, int64_t t) {
   x.v();
 }
 
+// A thread's two token halves in lockstep, a head of one token and then of the other:
+// two read and six write streams per core instead of one and three (see mla_tokens2_t).
+// bf16 T = 4096, 32 / 8 heads of 128, 2 threads, alternating in one process, six runs:
+// 3.59-3.99 -> 3.20-3.95 ms (1-13%, median 9%).
+template <class V, class T>
+void qkv_tokens2_t(const QkvArgs& a, int64_t t0, int64_t t1) {
+  const int64_t tm = nk::lockstep_mid(t0, t1), nb = t1 - tm;
+  for (int64_t i = 0; i < nb; ++i) {
+    const QkvToken<V, T> x(a, t0 + i), y(a, tm + i);
+    for (int64_t h = 0; h < a.hq; ++h) x.q(h), y.q(h);
+    for (int64_t h = 0; h < a.hkv; ++h) x.k(h), y.k(h);
+    x.v();
+    y.v();
+  }
+  if (tm - t0 > nb) qkv_token_t<V, T>(a, t0 + nb);
+}
+
+// Two tokens in lockstep (mla_tokens2_t, qkv_tokens2_t) only where norm's rows go in
+// lockstep (nk::kLockstep: AVX-512 units, where they were measured faster, MLA 2-11% and
+// QKV 1-13%). On the AVX2 machine of stop 18 one token at a time ran MLA 3-6% and QKV 1-3%
+// faster (alternating in one process, one and two threads, rows hot and from DRAM).
 template <class V>
 void mla_tokens(const MlaArgs& a, int64_t t0, int64_t t1) {
-  // One token at a time: the two halves of a thread's range in lockstep (as norm_rows
-  // runs them) had measured 2-11% faster once, but on the AVX2 machine of stop 18 they
-  // ran 3-6% slower in five alternating runs (one / two threads, rows hot and from DRAM):
-  // the two rows' eight sum-of-squares accumulators left too few ymm registers, and GCC
-  // kept one on the stack.
-  if (a.bf16) mla_tokens_t<V, uint16_t>(a, t0, t1);
-  else mla_tokens_t<V, float>(a, t0, t1);
+  if (a.i8 || !nk::kLockstep<V>) {  // i8: the latent goes through a staging row to its quantiser
+    if (a.bf16) mla_tokens_t<V, uint16_t>(a, t0, t1);
+    else mla_tokens_t<V, float>(a, t0, t1);
+  } else if (a.bf16) {
+    mla_tokens2_t<V, uint16_t>(a, t0, t1);
+  } else {
+    mla_tokens2_t<V, float>(a, t0, t1);
+  }
 }
-// One token at a time, as mla_tokens: two tokens in lockstep (a head of one, then of the
-// other: two read and six write streams per core) had measured 1-13% faster once; on the
-// AVX2 machine of stop 18 one token at a time ran 1-3% faster in four alternating runs
-// (bf16 T = 4096, 32 / 8 heads of 128, one and two threads).
 template <class V>
 void qkv_tokens(const QkvArgs& a, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
-    else qkv_token_t<V, float>(a, t);
+  if (!nk::kLockstep<V>) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (a.bf16) qkv_token_t<V, uint16_t>(a, t);
+      else qkv_token_t<V, float>(a, t);
+    }
+  } else if (a.bf16) {
+    qkv_tokens2_t<V, uint16_t>(a, t0, t1);
+  } else {
+    qkv_tokens2_t<V, float>(a, t0, t1);
   }
   V::stream_fence();
 }

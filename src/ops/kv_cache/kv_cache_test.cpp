@@ -502,7 +502,7 @@ TEST(KvRmsNormRopeCache, EveryImplementationMatchesReference) {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (auto [rank, rd, style] : {std::tuple{512, 64, RopeStyle::kInterleaved}, {7, 2, RopeStyle::kHalf},
                                      {1, 16, RopeStyle::kInterleavedToHalf}, {769, 64, RopeStyle::kHalf}})
-        for (int64_t T : {0, 1, 9, 24}) {  // 24: a range per thread at 1 and 2 threads
+        for (int64_t T : {0, 1, 9, 24}) {  // 24: float caches' lockstep halves (AVX-512 units) at 1 and 2 threads
           testutil::MlaCase c;
           c.dtype = dt, c.rank = rank, c.rope_dim = rd, c.style = style, c.T = T, c.pos64 = T == 9;
           const auto o = testutil::run_mla(*impl, c, uint64_t(rank + T));
@@ -554,7 +554,8 @@ void unfused_norm_rope(const char* impl, uint16_t* rows, const uint16_t* w, cons
 
 // fused == rms_norm + rope (the same implementation) + kv_cache_write, bit for bit.
 TEST(KvRmsNormRopeCache, FusedEqualsUnfusedBitwise) {
-  // 20 tokens, token 13 skipped (slot -1).
+  // 20 tokens: AVX-512 units run each thread's half in pairs of tokens in lockstep until
+  // token 13's slot -1.
   const int64_t T = 20, rank = 512, rd = 64, W = rank + rd, S = 32;
   RopeTable table;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = rd, .max_positions = 100}, &table).ok());

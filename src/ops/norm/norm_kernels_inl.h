@@ -130,6 +130,14 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
 // bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
 // does its residual update for add_rms_norm); returns their sum of squares in
 // row_sumsq's order.
+// Two rows in lockstep (below) need eight sum-of-squares accumulators besides the scale's
+// registers: they fit AVX-512's 32 registers, where the lockstep was measured faster; with
+// AVX2's 16 GCC keeps an accumulator on the stack, and on the Zen 3 machine of stop 18 one
+// row at a time ran faster (see the norm README). The kv_cache family's token loops follow
+// the same rule.
+template <class V>
+inline constexpr bool kLockstep = V::W >= 16;
+
 // Where a range [t0, t1) splits into the two halves run in lockstep: [t0, mid) and
 // [mid, t1), the first taking the extra item of an odd count.
 inline int64_t lockstep_mid(int64_t t0, int64_t t1) { return t0 + (t1 - t0 + 1) / 2; }
@@ -204,6 +212,15 @@ OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T
   const T* w = static_cast<const T*>(r.weight);
   const auto out = [&](int64_t t) { return static_cast<T*>(r.out) + t * r.ldo; };
   const auto inv = [&](float ss) { return inv_rms(ss, r.H, r.eps); };
+  if constexpr (!kLockstep<V>) {
+    float ss = first_sumsq;
+    for (int64_t t = t0; t < t1; ++t) {
+      if (t + 1 < t1) ss = scale_row_sumsq_next<V>(row_of(r, t), w, inv(ss), r.H, out(t), r.stream_out, next_of(t + 1));
+      else scale_row<V>(row_of(r, t), w, inv(ss), r.H, out(t), r.stream_out);
+    }
+    V::stream_fence();
+    return;
+  }
   const int64_t tm = lockstep_mid(t0, t1), nb = t1 - tm;
   float ssa = first_sumsq, ssb = nb > 0 ? sumsq_of<V>(r.H, next_of(tm)) : 0.0f;
   for (int64_t i = 0; i < nb; ++i) {

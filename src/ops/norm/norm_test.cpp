@@ -18,7 +18,7 @@ std::vector<Case> cases() {
   for (bool add : {false, true})
     for (DType dt : {DType::kF32, DType::kBF16})
       for (int64_t H : {1, 7, 16, 17, 769, 5125, 7168})
-        for (int64_t T : {0, 1, 3, 5, 9, 12}) {  // 9, 12: a thread's rows in two lockstep halves, odd and even
+        for (int64_t T : {0, 1, 3, 5, 9, 12}) {  // 9, 12: a thread's rows in two lockstep halves (AVX-512 units), odd and even
           Case c;
           c.add = add, c.dtype = dt, c.H = H, c.T = T;
           c.stream = T == 5 || T == 12;
