@@ -14,9 +14,10 @@ namespace {
 
 using V = simd::Avx2;
 
-// The first min(n, 8) values from p (zeros above) / into p: plain loads and stores for
-// whole vectors, masked ones (simd::Avx2's tails) for the last.
-inline V::F load_n(const float* p, int64_t n) { return n >= V::W ? V::load(p) : V::load(p, int(n)); }
+// The first min(n, 8) values from p as f32 (zeros above) / into p: plain loads and stores
+// for whole vectors, simd::Avx2's tail forms for the last.
+template <class T>
+inline V::F load_n(const T* p, int64_t n) { return n >= V::W ? V::load(p) : V::load(p, int(n)); }
 inline void store_n(float* p, V::F v, int64_t n) {
   if (n >= V::W) V::store(p, v);
   else V::store(p, v, int(n));
@@ -31,9 +32,7 @@ inline V::F clamp_finite(V::F x) { return _mm256_min_ps(_mm256_max_ps(x, V::set1
 void load_logits(const void* row, DType dt, int64_t E, float* logit) {
   for (int64_t e = 0; e < E; e += V::W) {
     const int n = int(std::min<int64_t>(V::W, E - e));
-    const V::F x = dt == DType::kF32 ? load_n(static_cast<const float*>(row) + e, n)
-                   : n == V::W       ? V::load(static_cast<const uint16_t*>(row) + e)
-                                     : V::load(static_cast<const uint16_t*>(row) + e, n);
+    const V::F x = dt == DType::kF32 ? load_n(static_cast<const float*>(row) + e, n) : load_n(static_cast<const uint16_t*>(row) + e, n);
     store_n(logit + e, clamp_finite(x), n);
   }
 }

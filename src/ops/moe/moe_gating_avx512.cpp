@@ -9,6 +9,7 @@
 #include "simd/simd_avx512.h"
 
 namespace optx::moe_detail {
+namespace {
 
 using V = simd::Avx512;
 
@@ -104,6 +105,8 @@ void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int
     }
   }
 }
+
+}  // namespace
 
 const GatingKernels& gating_kernels_avx512() {
   static const GatingKernels k{load_logits_avx512, selection_scores_avx512, softmax_scores_avx512, sigmoid_scores_avx512, topk_avx512};

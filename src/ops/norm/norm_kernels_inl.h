@@ -130,14 +130,6 @@ OPTX_ALWAYS_INLINE void scale_row(const T* x, const T* w, float inv, int64_t H, 
 // bf16 4096 x 7168, 2 threads: see README). next(i) yields the next row's values (and
 // does its residual update for add_rms_norm); returns their sum of squares in
 // row_sumsq's order.
-// Two rows in lockstep (below) need eight sum-of-squares accumulators besides the scale's
-// registers: they fit AVX-512's 32 registers, where the lockstep was measured faster; with
-// AVX2's 16 GCC keeps an accumulator on the stack, and on the Zen 3 machine of stop 18 one
-// row at a time ran faster (see the norm README). The kv_cache family's token loops follow
-// the same rule.
-template <class V>
-inline constexpr bool kLockstep = V::W >= 16;
-
 // Where a range [t0, t1) splits into the two halves run in lockstep: [t0, mid) and
 // [mid, t1), the first taking the extra item of an odd count.
 inline int64_t lockstep_mid(int64_t t0, int64_t t1) { return t0 + (t1 - t0 + 1) / 2; }
@@ -205,7 +197,13 @@ OPTX_ALWAYS_INLINE void scale_rows2_sumsq_next(const T* xa, const T* xb, const T
 // core left rms_norm at ~30 GB/s where a plain non-temporal copy with two of each per
 // core, interleaved a KiB at a time, runs 10-15% above one (bf16 4096 x 7168, 2 threads,
 // alternating in one process: 3.94-3.95 -> 3.50-3.55 ms; add_rms_norm, already two of
-// each, 5.74 -> 5.47 ms).
+// each, 5.74 -> 5.47 ms). Only where kLockstep: the two rows' eight sum-of-squares
+// accumulators besides the scale's registers fit AVX-512's 32 registers; with AVX2's 16
+// GCC keeps one on the stack, and on the Zen 3 machine of stop 18 one row at a time ran
+// faster (see the norm README). The kv_cache family's token loops follow the same rule.
+template <class V>
+inline constexpr bool kLockstep = V::W >= 16;
+
 template <class V, class T, class NextOf>
 OPTX_ALWAYS_INLINE void norm_rows(const Rows& r, int64_t t0, int64_t t1, const T* (*row_of)(const Rows&, int64_t),
                                   float first_sumsq, NextOf next_of) {
