@@ -401,29 +401,42 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
         }
         const int slices = (mrows + kMR - 1) / kMR;
-        // Two or more full row slices share this block: widen it once rather than in every
-        // slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With fewer
-        // rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
-        const bool widen = kt.widen_b && bt != DType::kF32 && !use_dp && mrows >= 2 * kMR;
-        if (widen) {
-          kt.widen_b(bt, kcur, bp, wbuf);
-          bp = wbuf;
-        }
-        for (int ir = 0; ir < mrows; ir += kMR) {
-          const int m = std::min(kMR, mrows - ir);
-          const int64_t a_off = int64_t(ir) * pl.k_even + kb * kMR;  // same for f32 and pairs
-          Prefetch pf{.stream = ir == 0 && !widen};
+        // Kernel call `call` of `calls` on this block pulls its share of next_b into L2.
+        auto l2_share = [&](int64_t call, int64_t calls, bool stream) {
+          Prefetch pf{.stream = stream};
           if (next_b) {
-            const int64_t s = ir / kMR, lo = next_lines * s / slices, hi = next_lines * (s + 1) / slices;
+            const int64_t lo = next_lines * call / calls, hi = next_lines * (call + 1) / calls;
             pf.l2_next = next_b + 64 * lo;
             pf.l2_lines = hi - lo;
           }
+          return pf;
+        };
+        auto a_off = [&](int ir) { return int64_t(ir) * pl.k_even + kb * kMR; };  // same for f32 and pairs
+        // Two or more full row slices share this block: widen it once rather than in every
+        // slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With fewer
+        // rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
+        // The widened block is run a 16-column strip at a time over all row slices: a
+        // strip (16 KiB at kc = 256) stays in L1 while the slices read it, where the whole
+        // 64 KiB block came from L2 for every slice (bf16 2048^3 alternating in one
+        // process: 1 thread +2.5-4.5%, 2 threads +5-6%; f32 B copied into strips
+        // measured no gain, as the f32 kernel already runs at its own ~90% from L2).
+        if (kt.widen_b && bt != DType::kF32 && !use_dp && mrows >= 2 * kMR) {
+          kt.widen_b(bt, kcur, bp, wbuf);
+          for (int s = 0; s < kNR / 16; ++s)
+            for (int ir = 0; ir < mrows; ir += kMR)
+              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), wbuf + s * kcur * 16, dst + ir * kNR + 16 * s,
+                           kb > 0, l2_share(s * slices + ir / kMR, kNR / 16 * slices, false));
+          continue;
+        }
+        for (int ir = 0; ir < mrows; ir += kMR) {
+          const int m = std::min(kMR, mrows - ir);
+          const Prefetch pf = l2_share(ir / kMR, slices, ir == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off, bp, dst + ir * kNR, kb > 0, pf);
+            kt.bf16dp(m, kcur, ab + a_off(ir), bp, dst + ir * kNR, kb > 0, pf);
           else if (c_out && kb + kcur >= K)
-            kt.f32b_out(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
+            kt.f32b_out(m, kcur, af + a_off(ir), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
           else
-            (widen ? kt.f32b : kern)(m, kcur, af + a_off, bp, dst + ir * kNR, kb > 0, pf);
+            kern(m, kcur, af + a_off(ir), bp, dst + ir * kNR, kb > 0, pf);
         }
       }
     };

@@ -98,11 +98,14 @@ struct KernelTable {
   Gemv4Fn gemv2_bf16b[2] = {nullptr, nullptr};
   KernelF32Out f32b_out = nullptr;  // optional
   // Optional, for ISAs that widen bf16 / i8 weights inside the FMA loop (no dot-product
-  // instruction): writes a K block of kc rows of a bf16 (pairs) or i8 B micro-panel as f32
-  // [kc][64], so a block that serves several row slices is widened once and runs through
-  // f32b. The values are exact in f32 and f32b sums in the same k order, so results are
-  // bitwise those of bf16b / i8b.
+  // instruction); both or neither. widen_b writes a K block of kc rows of a bf16 (pairs)
+  // or i8 B micro-panel as f32 in four 16-column strips, [4][kc][16], so a block that
+  // serves several row slices is widened once; f32_strip adds one strip (b, [kc][16]) times
+  // A's m rows into the tile's 16 columns at acc (row stride 64), like f32b. The values
+  // are exact in f32 and the sums keep f32b's k order, so results are bitwise those of
+  // bf16b / i8b.
   void (*widen_b)(DType bt, int64_t kc, const void* b, float* dst) = nullptr;
+  KernelF32A f32_strip = nullptr;
 };
 
 const KernelTable& kernels_scalar();
