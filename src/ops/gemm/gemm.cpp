@@ -63,7 +63,8 @@ struct Plan {
 };
 
 // The workspace size does not depend on the implementation: packed A is sized as f32.
-Plan make_plan(const GemmParams& p, bool amx) {
+// strips: the kernels run widened K blocks as 16-column strips (KernelTable::f32_strip).
+Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   Plan pl;
   pl.amx = amx;
   pl.M = p.a.sizes[0];
@@ -74,8 +75,11 @@ Plan make_plan(const GemmParams& p, bool amx) {
   pl.out_panels = pl.swiglu ? pl.panels / 2 : pl.panels;
   pl.n_out = pl.swiglu ? pl.N / 2 : pl.N;
   const DType bt = b_dtype(p);
-  // kc: B micro-panel of kc x 64 elements <= 32 KiB so it stays in a 48 KiB L1D.
-  int64_t kc = bt == DType::kF32 ? 128 : 256;
+  // kc: B micro-panel of kc x 64 elements <= 32 KiB so it stays in a 48 KiB L1D; with
+  // strips, a strip of kc x 16 f32 (16 KiB at 256) in a 32 KiB one (f32 2048^3 on Zen 3,
+  // alternating in one process: strips at kc = 128 / 192 / 256 / 384 within 2% of each
+  // other, 256 the most consistent).
+  int64_t kc = bt == DType::kF32 && !strips ? 128 : 256;
   // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
   // B must be packed on the fly (the buffer would grow with K).
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
@@ -137,10 +141,10 @@ Plan make_plan(const GemmParams& p, bool amx) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
     off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
   }
-  // A bf16 / i8 K block widened to f32 (KernelTable::widen_b) when two full row slices
+  // A K block's strip widened to f32 (KernelTable::widen_b) when two full row slices
   // share it: only plans of at least 2 kMR rows, whose kc is a K block, not all of K.
   pl.wbuf_off = off;
-  if (!amx && bt != DType::kF32 && pl.M >= 2 * kMR) off = align_up(off + size_t(pl.kc) * kNR * sizeof(float));
+  if (!amx && pl.M >= 2 * kMR && (strips || bt != DType::kF32)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
@@ -170,7 +174,7 @@ bool amx_eligible(const GemmParams& p) {
 constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
 bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
-  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx).n_ic < 2) return false;
+  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx, false).n_ic < 2) return false;
   *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1]);
   return m->n_panels() * m->panel_bytes <= kPackOnceMaxBytes;
 }
@@ -180,8 +184,8 @@ bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
 // never shrinks as M grows: grouped GEMMs size one workspace from their largest group.
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t plan_workspace_bytes(const GemmParams& p) {
-  size_t per = make_plan(p, false).per_thread;
-  if (amx_eligible(p)) per = std::max(per, make_plan(p, true).per_thread);
+  size_t per = std::max(make_plan(p, false, false).per_thread, make_plan(p, false, true).per_thread);
+  if (amx_eligible(p)) per = std::max(per, make_plan(p, true, false).per_thread);
   return per * size_t(std::max(1, num_threads())) + kAlign;
 }
 
@@ -415,17 +419,24 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // Two or more full row slices share this block: widen it once rather than in every
         // slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With fewer
         // rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
-        // The widened block is run a 16-column strip at a time over all row slices: a
-        // strip (16 KiB at kc = 256) stays in L1 while the slices read it, where the whole
-        // 64 KiB block came from L2 for every slice (bf16 2048^3 alternating in one
-        // process: 1 thread +2.5-4.5%, 2 threads +5-6%; f32 B copied into strips
-        // measured no gain, as the f32 kernel already runs at its own ~90% from L2).
-        if (kt.widen_b && bt != DType::kF32 && !use_dp && mrows >= 2 * kMR) {
-          kt.widen_b(bt, kcur, bp, wbuf);
-          for (int s = 0; s < kNR / 16; ++s)
-            for (int ir = 0; ir < mrows; ir += kMR)
-              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), wbuf + s * kcur * 16, dst + ir * kNR + 16 * s,
-                           kb > 0, l2_share(s * slices + ir / kMR, kNR / 16 * slices, false));
+        // The block is run a 16-column strip at a time over all row slices, each strip
+        // widened (f32: copied) into a 16 KiB buffer (kc = 256) that stays in L1 while the
+        // slices read it, where the whole 64 KiB widened block came from L2 for every
+        // slice, and f32's 32 KiB block (kc = 128) did not stay in L1 beside A in the
+        // VM's noisy phases. Alternating in one process, 2048^3: bf16 1 thread +2.5-4.5%,
+        // 2 threads +5-6%; f32 1 thread +4 to +13% in noisy phases, -2% in quiet ones,
+        // 2 threads -1 to +10%. (Widening the whole block before its strips: within 1%.)
+        if (kt.widen_b && !use_dp && mrows >= 2 * kMR) {
+          for (int s = 0; s < kNR / 16; ++s) {
+            kt.widen_b(bt, kcur, bp, s, wbuf);
+            for (int ir = 0; ir < mrows; ir += kMR) {
+              float* tile = dst + ir * kNR + 16 * s;
+              const bool to_c = c_out && kb + kcur >= K;
+              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), wbuf, tile, kb > 0,
+                           l2_share(s * slices + ir / kMR, kNR / 16 * slices, false),
+                           to_c ? c_out + ir * ldc + 16 * s : tile, to_c ? ldc : kNR);
+            }
+          }
           continue;
         }
         for (int ir = 0; ir < mrows; ir += kMR) {
@@ -572,7 +583,7 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  const Plan pl = make_plan(p, use_amx);
+  const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));

@@ -157,10 +157,11 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
 }
 
 // One 16-column strip of a widened K block (b: [kc][16], see KernelTable::widen_b) for
-// M rows into the tile's 16 columns at acc. pf: its share of the next block, pulled into
-// L2 at the start (a few lines: the driver splits a block over 4 x slices calls).
+// M rows into the tile's 16 columns at acc, stored to out (row stride ldo). pf: its share
+// of the next block, pulled into L2 at the start (a few lines: the driver splits a block
+// over 4 x slices calls).
 template <int M>
-void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool accumulate, const Prefetch& pf) {
+void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
   for (int64_t l = 0; l < pf.l2_lines; ++l) _mm_prefetch(pf.l2_next + 64 * l, _MM_HINT_T1);
   __m256 c[M][2];
   begin<M>(c, acc, accumulate);
@@ -169,7 +170,7 @@ void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool a
     const __m256 bb[2] = {_mm256_load_ps(b + 16 * k), _mm256_load_ps(b + 16 * k + 8)};
     fma_rows<M>(c, bb, a, k);
   }
-  end<M>(c, acc);
+  end<M>(c, out, ldo);
 }
 
 // Single-row decode (M = 1): the 6-row kernel walks a panel as four 16-column passes, so
@@ -232,29 +233,27 @@ void gemv4_i8b(const Gemv4Args& g) {
 // held it at 60-66% of the FMA peak even with B in L1; widened once per K block (64 KiB
 // at kc = 256), the widening is amortised over all the block's row slices. Alternating in
 // one process: 1 thread 61.8 -> 82.4 GFLOP/s, 2 threads 115 -> 142 (then +3-6% from the
-// strips, see gemm.cpp). Strip s of the block: dst + s * kc * 16.
-void widen_b(DType bt, int64_t kc, const void* bv, float* dst) {
-  auto at = [&](int64_t k, int s) { return dst + s * kc * 16 + k * 16; };
+// strips, see gemm.cpp). f32 blocks are copied likewise.
+void widen_b(DType bt, int64_t kc, const void* bv, int s, float* dst) {
   if (bt == DType::kBF16) {
-    const uint16_t* b = static_cast<const uint16_t*>(bv);
-    // Pair row q holds k = 2q and 2q + 1 of each column (32-byte piece i: columns 8i ..
-    // 8i + 7); an odd kc writes only the even row of its last pair.
+    // Pair row q holds k = 2q and 2q + 1 of each column; strip s is its 64 bytes from 64 s.
+    // An odd kc writes only the even row of its last pair.
+    const uint16_t* b = static_cast<const uint16_t*>(bv) + 32 * s;
     for (int64_t k = 0; k < kc; k += 2)
-      for (int i = 0; i < kNR / 8; ++i) {
+      for (int i = 0; i < 2; ++i) {
         __m256 even, odd;
         widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(b + k * kNR + 16 * i)), even, odd);
-        float* d = at(k, i / 2) + 8 * (i % 2);
-        _mm256_store_ps(d, even);
-        if (k + 1 < kc) _mm256_store_ps(d + 16, odd);
+        _mm256_store_ps(dst + k * 16 + 8 * i, even);
+        if (k + 1 < kc) _mm256_store_ps(dst + k * 16 + 16 + 8 * i, odd);
       }
-  } else {
-    for (int64_t k = 0; k < kc; ++k)
-      for (int s = 0; s < 4; ++s) {
-        __m256 v[2];
-        LoadI8::even(bv, k, s, v);
-        _mm256_store_ps(at(k, s), v[0]);
-        _mm256_store_ps(at(k, s) + 8, v[1]);
-      }
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 v[2];
+    if (bt == DType::kF32) LoadF32::even(bv, k, s, v);
+    else LoadI8::even(bv, k, s, v);
+    _mm256_store_ps(dst + k * 16, v[0]);
+    _mm256_store_ps(dst + k * 16 + 8, v[1]);
   }
 }
 
@@ -298,8 +297,8 @@ void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc,
     default: return kern_bf16b_m<6>(kc, a, b, acc, accumulate, pf);
   }
 }
-void kern_strip(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf) {
-  OPTX_DISPATCH_M(kern_strip_m, kc, a, static_cast<const float*>(b), acc, accumulate, pf)
+void kern_strip(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
+  OPTX_DISPATCH_M(kern_strip_m, kc, a, static_cast<const float*>(b), acc, accumulate, pf, out, ldo)
 }
 void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc,
               bool accumulate, const Prefetch& pf) {

@@ -97,15 +97,16 @@ struct KernelTable {
   // acc + q * rows * 64 (row stride 64). Index: rows - 2. May be null.
   Gemv4Fn gemv2_bf16b[2] = {nullptr, nullptr};
   KernelF32Out f32b_out = nullptr;  // optional
-  // Optional, for ISAs that widen bf16 / i8 weights inside the FMA loop (no dot-product
-  // instruction); both or neither. widen_b writes a K block of kc rows of a bf16 (pairs)
-  // or i8 B micro-panel as f32 in four 16-column strips, [4][kc][16], so a block that
-  // serves several row slices is widened once; f32_strip adds one strip (b, [kc][16]) times
-  // A's m rows into the tile's 16 columns at acc (row stride 64), like f32b. The values
-  // are exact in f32 and the sums keep f32b's k order, so results are bitwise those of
-  // bf16b / i8b.
-  void (*widen_b)(DType bt, int64_t kc, const void* b, float* dst) = nullptr;
-  KernelF32A f32_strip = nullptr;
+  // Optional, both or neither: for ISAs that widen bf16 / i8 weights inside the FMA loop
+  // (no dot-product instruction) and whose L1 does not hold a whole f32 K block beside A.
+  // widen_b writes 16-column strip s (columns 16 s .. 16 s + 15) of a K block of kc rows
+  // of a B micro-panel (f32, bf16 pairs or i8) as f32 [kc][16], once for all row slices
+  // that share it; f32_strip adds such a strip (b) times A's m rows to the tile's 16
+  // columns at acc (row stride 64, as f32b) and stores the result to c (row stride ldc;
+  // acc itself in all but a GEMM's direct-to-C last block). The values are exact in f32
+  // and the sums keep f32b's k order, so results are bitwise those of bf16b / i8b.
+  void (*widen_b)(DType bt, int64_t kc, const void* b, int s, float* dst) = nullptr;
+  KernelF32Out f32_strip = nullptr;
 };
 
 const KernelTable& kernels_scalar();
