@@ -324,13 +324,17 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const size_t besize = dtype_size(bt);
   const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
   const int64_t K = pl.K, lda = p.a.strides[0], ldc = p.c.strides[0];
-  // An identity epilogue (f32 B and C, alpha 1, beta 0, no bias): the last K block stores
-  // whole panels straight into C, without the scratch round trip and the epilogue pass
-  // (3% of a 1-thread f32 2048^3 GEMM). Edge panels narrower than 64 keep the epilogue.
-  const bool direct = kt.f32b_out && bt == DType::kF32 && !use_dp && !pl.swiglu && p.c.dtype == DType::kF32 &&
-                      p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
-  auto direct_c = [&](int64_t row0, int64_t j) -> float* {
-    if (!direct || (j + 1) * kNR > pl.n_out) return nullptr;
+  // Two or more full row slices share each K block: it is widened (f32: copied) once, a
+  // 16-column strip at a time, and run through f32_strip (see compute).
+  auto strips = [&](int mrows) { return kt.widen_b && !use_dp && mrows >= 2 * kMR; };
+  // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, or bf16 B in strips):
+  // the last K block stores whole panels straight into C, without the scratch round trip
+  // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%). Edge panels
+  // narrower than 64 keep the epilogue.
+  const bool identity = !use_dp && !pl.swiglu && p.c.dtype == DType::kF32 && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
+  auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> float* {
+    const bool kernel_stores = bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows);
+    if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
     return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
   };
 
@@ -416,9 +420,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           return pf;
         };
         auto a_off = [&](int ir) { return int64_t(ir) * pl.k_even + kb * kMR; };  // same for f32 and pairs
-        // Two or more full row slices share this block: widen it once rather than in every
-        // slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With fewer
-        // rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
+        // Two or more full row slices share this block (strips): widen it once rather than
+        // in every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With
+        // fewer rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
         // The block is run a 16-column strip at a time over all row slices, each strip
         // widened (f32: copied) into a 16 KiB buffer (kc = 256) that stays in L1 while the
         // slices read it, where the whole 64 KiB widened block came from L2 for every
@@ -426,7 +430,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // VM's noisy phases. Alternating in one process, 2048^3: bf16 1 thread +2.5-4.5%,
         // 2 threads +5-6%; f32 1 thread +4 to +13% in noisy phases, -2% in quiet ones,
         // 2 threads -1 to +10%. (Widening the whole block before its strips: within 1%.)
-        if (kt.widen_b && !use_dp && mrows >= 2 * kMR) {
+        if (strips(mrows)) {
           for (int s = 0; s < kNR / 16; ++s) {
             kt.widen_b(bt, kcur, bp, s, wbuf);
             for (int ir = 0; ir < mrows; ir += kMR) {
@@ -458,7 +462,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         epilogue_panel(p, pl, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
         return;
       }
-      if (float* c = direct_c(row0, j)) {
+      if (float* c = direct_c(row0, mrows, j)) {
         compute(j, next, acc, c);
         return;
       }
