@@ -255,6 +255,27 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       gp.scores(S);
     }
 #endif
+#if OPTX_ATTN_BF16_TILES
+    // GQA decode over all KV heads (G > 1): kKeyGroup keys at a time through every head,
+    // so the K rows are read in address order (16 slots x G heads: a paged block's rows
+    // whole), a stream the hardware prefetchers follow, where a head's whole block at a
+    // time read 256-byte pieces a slot (2 KiB) apart. B = 1 from DRAM, alternating in one
+    // process: ctx 8k +8-14%, ctx 32k +7-10%; in L2 -1%. (Taking P.V the same way, V
+    // read in place or copied a group at a time, lost 5-10% from DRAM.)
+    if (tiles && G > 1) {
+      constexpr int64_t kKeyGroup = 16;
+      for (int64_t j0 = 0; j0 < n; j0 += kKeyGroup) {
+        const int64_t nn = std::min(kKeyGroup, n - j0);
+        for (int g = 0; g < G; ++g) {
+          const void* kq[kKeyGroup];
+          for (int64_t i = 0; i < nn; ++i) kq[i] = static_cast<const char*>(kp[j0 + i]) + g * j.k_goff * es;
+          float* Sg = S + g * Rg * kKvBlock + j0;
+          if (i8_tiles) scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kq, nn, c.D, k_scale + j0, Sg, pf_s);
+          else scores_bf16_rows<uint16_t>(Rg, qf + g * Rg * Dp, Dp, kq, nn, c.D, nullptr, Sg, pf_s);
+        }
+      }
+    } else
+#endif
     for (int g = 0; g < G; ++g) {
       const void* const* kg = slices(kp, g * j.k_goff, n);
 #if OPTX_ATTN_BF16_TILES
