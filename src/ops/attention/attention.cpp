@@ -52,7 +52,10 @@ struct Seq {
 };
 
 // ---- the parallel driver ------------------------------------------------------------------
-size_t scratch_bytes(int64_t D, int64_t Dv, int rows) { return align_up(size_t(job_scratch_floats(D, Dv, rows)) * sizeof(float)); }
+size_t scratch_bytes(int64_t D, int64_t Dv, int rows, int groups) {
+  return align_up(size_t(job_scratch_floats(D, Dv, rows, groups)) * sizeof(float));
+}
+size_t scratch_bytes(const Config& c) { return scratch_bytes(c.D, c.Dv, c.max_rows, c.max_groups); }
 
 // Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
 // the fly by make(idx, job).
@@ -67,7 +70,7 @@ void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, siz
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
       make(idx, job);
-      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c.D, c.Dv, c.max_rows);
+      if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c);
       k.run_job(c, job, scratch);
     }
   }
@@ -361,7 +364,7 @@ struct DecodeJobs {
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
   size_t per_thread() const {
     const int64_t heads = all_heads_fit() ? Nkv : 1;  // an all_heads job stages whole rows
-    return scratch_bytes(cfg.D, cfg.Dv, cfg.max_rows) +
+    return scratch_bytes(cfg) +
            (i8.k ? align_up(I8Kv::stage_bytes(heads * i8.k_dim + i8.rope_dim, i8.v ? heads * i8.v_dim : 0, cfg.bf16)) : 0);
   }
   int64_t rows_total() const { return B * Sq * Nq; }
@@ -586,6 +589,7 @@ void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, co
   d.table_stride = tables.strides[0];
   d.block_size = block_size;
   d.seq_lens = static_cast<const int32_t*>(lens.data);
+  d.cfg.max_groups = d.all_heads_fit() ? int(d.Nkv) : 1;
   d.splits = 1;
   if (d.B > 0) d.splits = decode_splits(d);
 }
@@ -740,7 +744,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   FlashGeo g;
   OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
   const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
-  const size_t per_thread = scratch_bytes(g.D, g.Dv, jobs.cfg.max_rows);
+  const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
@@ -765,7 +769,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(g.D, g.Dv, kMaxJobRows) * size_t(num_threads()) + kAlign;
+  return scratch_bytes(g.D, g.Dv, kMaxJobRows, 1) * size_t(num_threads()) + kAlign;
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }
