@@ -254,8 +254,6 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
       gp.scores(S);
     }
-#endif
-#if OPTX_ATTN_BF16_TILES
     // GQA decode over all KV heads (G > 1): kKeyGroup keys at a time through every head,
     // so the K rows are read in address order (16 slots x G heads: a paged block's rows
     // whole), a stream the hardware prefetchers follow, where a head's whole block at a
