@@ -7,7 +7,8 @@
 //         for each 6-row slice of the chunk: microkernel 6 x 64 x kc
 //       epilogue: alpha, per-channel scale, beta * C, bias, conversion -> C
 // The B micro-panel is reused mc/6 times from L1 and each A chunk is read from L2 once per
-// panel; every output element is reduced over K in the same order whatever the thread
+// panel (units with KernelTable::f32_strip run each K block as four 16-column strips over
+// all row slices instead: see compute in run_thread); every output element is reduced over K in the same order whatever the thread
 // count, so results are bitwise independent of it.
 //
 // Threads split the row chunks (M), sized so each thread gets the same number; decode
