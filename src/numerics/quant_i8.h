@@ -15,7 +15,7 @@
 // AVX2 units without AVX-512 take a hand-written bf16 step (quantize_bf16_avx2).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 #define OPTX_QUANT_BF16_AVX2 1
-#include <immintrin.h>
+#include "simd/simd_avx2.h"
 #else
 #define OPTX_QUANT_BF16_AVX2 0
 #endif
@@ -35,20 +35,16 @@ namespace {
 // an i8 cache: see the kv_cache README). Bitwise the scalar loop's codes: the same
 // operations in the same order (one rounding for x * inv, one each for + and - 1.5 * 2^23,
 // truncation of the integral result). No clamp: in a finite row |x| <= max|x|, so
-// |x * inv| <= 127 * (1 + 2^-23) and rounds to at most 127 in magnitude. Widening by
-// unpacking with zero splits each 128-bit lane into [0-3, 8-11] and [4-7, 12-15];
+// |x * inv| <= 127 * (1 + 2^-23) and rounds to at most 127 in magnitude. The widening
+// (simd::Avx2::widen_bf16x16) splits each 128-bit lane into [0-3, 8-11] and [4-7, 12-15];
 // vpackssdw puts such a pair back in order, vpermq the lanes after vpacksswb.
 [[gnu::optimize("fp-contract=off")]] inline int64_t quantize_bf16_avx2(const uint16_t* x, int64_t n, float inv, int8_t* q) {
   const __m256 s = _mm256_set1_ps(inv), r = _mm256_set1_ps(12582912.0f);
-  const __m256i z = _mm256_setzero_si256();
   auto codes16 = [&](const uint16_t* p) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    __m256 f[2];
+    simd::Avx2::widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), f[0], f[1]);
     __m256i c[2];
-    for (int h = 0; h < 2; ++h) {
-      const __m256 f = _mm256_castsi256_ps(h ? _mm256_unpackhi_epi16(z, v) : _mm256_unpacklo_epi16(z, v));
-      const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(f, s), r), r);
-      c[h] = _mm256_cvttps_epi32(y);
-    }
+    for (int h = 0; h < 2; ++h) c[h] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(f[h], s), r), r));
     return _mm256_packs_epi32(c[0], c[1]);  // 16 values as i16, in order
   };
   int64_t i = 0;

@@ -84,6 +84,14 @@ struct Avx2 {
   }
   OPTX_ALWAYS_INLINE static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
   OPTX_ALWAYS_INLINE static void store(float* p, F v, int n) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+  // 16 bf16 values as f32 by unpacking with zero (bf16 is the top half of an f32): two
+  // uops where vpmovzx + shift per 8 values take four, but per 128-bit lane, so lo holds
+  // values [0-3, 8-11] and hi [4-7, 12-15]; callers keep their other operand in that order.
+  OPTX_ALWAYS_INLINE static void widen_bf16x16(__m256i v, F& lo, F& hi) {
+    const __m256i z = _mm256_setzero_si256();
+    lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
+    hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+  }
   // v rounded to bf16 (nearest even; NaN quieted), one per 32-bit lane.
   OPTX_ALWAYS_INLINE static __m256i bf16_lanes(F v) {
     const __m256i u = _mm256_castps_si256(v);

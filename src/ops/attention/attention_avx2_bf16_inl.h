@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "simd/simd_avx2.h"
+
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
 
@@ -92,10 +94,7 @@ OPTX_ALWAYS_INLINE void copy_row(const void* src, int64_t bytes, void* dst) {
 
 // 16 bf16 values -> f32 in swap_quads16 order: lo = [0-3, 8-11], hi = [4-7, 12-15].
 OPTX_ALWAYS_INLINE void widen16(const uint16_t* p, __m256& lo, __m256& hi) {
-  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i z = _mm256_setzero_si256();
-  lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, x));
-  hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, x));
+  simd::Avx2::widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), lo, hi);
 }
 
 // 16 int8 values (an i8 cache's row, its scale applied per key outside) -> f32 in order:

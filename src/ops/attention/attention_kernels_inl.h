@@ -349,7 +349,8 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       st[r].l += V::reduce(sum) + tail;
     }
     for (int g = 0; any && g < G; ++g) {
-      const void* const* vg = slices(vp, g * j.v_goff, n);
+      // The tiles over several KV heads read V from the staging (vst, filled below).
+      const void* const* vg = tiles && G > 1 ? vst : slices(vp, g * j.v_goff, n);
 #if OPTX_ATTN_BF16_TILES
       if (gemm_prefill) {
         gp.pv(S, n);
@@ -369,7 +370,6 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
               for (int h = 0; h < G; ++h)
                 copy_row(static_cast<const char*>(vp[jj]) + h * j.v_goff * es, c.Dv * es, stage + (h * kKvBlock + jj) * c.Dv);
           for (int64_t jj = 0; jj < n; ++jj) vst[jj] = stage + (g * kKvBlock + jj) * c.Dv;
-          vg = vst;
         }
         float* P = S + g * Rg * kKvBlock;
         if (i8_tiles || mla_i8) {

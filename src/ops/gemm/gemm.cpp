@@ -145,7 +145,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   // A K block's strip widened to f32 (KernelTable::widen_b) when two full row slices
   // share it: only plans of at least 2 kMR rows, whose kc is a K block, not all of K.
   pl.wbuf_off = off;
-  if (!amx && pl.M >= 2 * kMR && (strips || bt != DType::kF32)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
+  if (!amx && strips && pl.M >= 2 * kMR) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;

@@ -153,12 +153,19 @@ Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p
   return Status::Ok();
 }
 
+// The router with a vector unit's steps; gating_scalar with moe.cpp's loops.
+template <const moe_detail::GatingKernels& (*Kernels)()>
+Status gating_with(const MoeGatingParams& p) {
+  return gating_rows(&Kernels(), p);
+}
+Status gating_scalar(const MoeGatingParams& p) { return gating_rows(nullptr, p); }
+
 using GatingFn = Status (*)(const MoeGatingParams&);
 dispatch::Registry<GatingFn> gating_registry(const char* op) {
   return dispatch::Registry<GatingFn>(op, {
-                                              {"avx512", Isa::kAvx512, [](const MoeGatingParams& p) { return gating_rows(&moe_detail::gating_kernels_avx512(), p); }},
-                                              {"avx2", Isa::kAvx2, [](const MoeGatingParams& p) { return gating_rows(&moe_detail::gating_kernels_avx2(), p); }},
-                                              {"scalar", Isa::kScalar, [](const MoeGatingParams& p) { return gating_rows(nullptr, p); }},
+                                              {"avx512", Isa::kAvx512, gating_with<moe_detail::gating_kernels_avx512>},
+                                              {"avx2", Isa::kAvx2, gating_with<moe_detail::gating_kernels_avx2>},
+                                              {"scalar", Isa::kScalar, gating_scalar},
                                               {"reference", Isa::kScalar, moe_detail::gating_reference},
                                           });
 }

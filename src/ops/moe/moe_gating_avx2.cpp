@@ -26,6 +26,11 @@ inline void store_n(float* p, V::F v, int64_t n) {
 inline V::F load_or(const float* p, int64_t n, V::F fill) {
   return n >= V::W ? V::load(p) : _mm256_blendv_ps(fill, V::load(p, int(n)), _mm256_castsi256_ps(V::tail_mask(int(n))));
 }
+// Lane i all ones where bit i of `bits` is set.
+inline __m256i bit_lanes(int bits) {
+  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), bit), bit);
+}
 // moe.cpp's clamp_finite on 8 lanes: max_ps(x, lo) is lo for a NaN x, as x > lo ? x : lo.
 inline V::F clamp_finite(V::F x) { return _mm256_min_ps(_mm256_max_ps(x, V::set1(-FLT_MAX)), V::set1(FLT_MAX)); }
 
@@ -79,7 +84,6 @@ void sigmoid_scores(const float* logit, int64_t E, float* score) {
 void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
   alignas(32) float w[kMaxExperts];
   const V::F ninf = V::set1(-INFINITY);
-  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   for (int64_t e = 0; e < n; e += V::W) {
     V::F x = load_or(v + e, n - e, ninf);
     if (eligible) {  // 8 bools (bytes 0 / 1) widened to lanes; a tail bit by bit
@@ -90,7 +94,7 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
       } else {
         int ok = 0;
         for (int64_t i = 0; i < n - e; ++i) ok |= eligible[e + i] ? 1 << i : 0;
-        keep = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(ok), bit), bit);
+        keep = bit_lanes(ok);
       }
       x = _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(keep));
     }
@@ -116,8 +120,7 @@ void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* o
       // Retired with a whole-vector store: a 4-byte store of -inf under the next pass's
       // 32-byte load cannot be forwarded and stalled every pass.
       float* x = w + (c + lane / 8) * V::W;
-      const __m256i one = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(1 << (lane % 8)), bit), bit);
-      _mm256_store_ps(x, _mm256_blendv_ps(_mm256_load_ps(x), ninf, _mm256_castsi256_ps(one)));
+      _mm256_store_ps(x, _mm256_blendv_ps(_mm256_load_ps(x), ninf, _mm256_castsi256_ps(bit_lanes(1 << (lane % 8)))));
       break;
     }
   }
