@@ -63,6 +63,15 @@ struct Plan {
   size_t acc_off = 0, up_off = 0, bbuf_off = 0, wbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
 };
 
+// Row counts whose K blocks run as 16-column strips over all row slices (KernelTable::
+// f32_strip), each strip widened (f32: copied) once into L1: two full slices, or for
+// bf16 / i8 weights one full slice and at least two more rows. A 6-row slice plus a
+// remainder otherwise widens every block twice, in both slices' FMA loops; one thread,
+// bf16 weights N = K = 2048, alternating in one process: M = 10 (6 + 4) +13 to +20%,
+// M = 8, 9, 11 -2 to +3%, M = 7 (6 + 1) -13%, and f32 (a plain copy, nothing to save)
+// M = 8 / 10 -25% / -32%.
+inline bool strip_rows(DType bt, int64_t rows) { return rows >= 2 * kMR || (bt != DType::kF32 && rows >= kMR + 2); }
+
 // The workspace size does not depend on the implementation: packed A is sized as f32.
 // strips: the kernels run widened K blocks as 16-column strips (KernelTable::f32_strip).
 Plan make_plan(const GemmParams& p, bool amx, bool strips) {
@@ -142,10 +151,10 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
     off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
   }
-  // A K block's strip widened to f32 (KernelTable::widen_b) when two full row slices
-  // share it: only plans of at least 2 kMR rows, whose kc is a K block, not all of K.
+  // A K block's strip widened to f32 (KernelTable::widen_b) when row slices share it
+  // (strip_rows: more than kMR rows, so kc is a K block, not all of K).
   pl.wbuf_off = off;
-  if (!amx && strips && pl.M >= 2 * kMR) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
+  if (!amx && strips && strip_rows(bt, pl.M)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
@@ -325,9 +334,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const size_t besize = dtype_size(bt);
   const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
   const int64_t K = pl.K, lda = p.a.strides[0], ldc = p.c.strides[0];
-  // Two or more full row slices share each K block: it is widened (f32: copied) once, a
+  // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
-  auto strips = [&](int mrows) { return kt.widen_b && !use_dp && mrows >= 2 * kMR; };
+  auto strips = [&](int mrows) { return kt.widen_b && !use_dp && strip_rows(bt, mrows); };
   // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, or bf16 B in strips):
   // the last K block stores whole panels straight into C, without the scratch round trip
   // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%). Edge panels

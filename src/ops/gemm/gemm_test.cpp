@@ -49,7 +49,7 @@ std::vector<Case> edge_cases() {
   // blocks (2048 + a tail: the second block accumulates onto the first).
   for (auto [M, N, K] : {std::tuple{1023, 7, 17}, {7, 1023, 17}, {17, 7, 1023}, {2, 65, 300}, {6, 64, 256},
                          {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33},
-                         {36, 70, int(kAmxKc) + 52}}) {
+                         {36, 70, int(kAmxKc) + 52}, {10, 70, 300}, {8, 130, 513}}) {
     for (const auto& t : combos) {
       Case c;
       c.M = M, c.N = N, c.K = K;
