@@ -73,21 +73,26 @@ OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* out, int64_t ldo = kNR) {
 // kChunkBytes of the panel at a time, so the later passes find it in L1 / L2. (Decode
 // M = 2-6 runs the whole K in one call; each pass fetched a quarter of a 512 KiB panel.)
 // M = 2, 3, 6, N = K = 4096 bf16 from DRAM, 2 threads, alternating in one process: 4.3 ->
-// 3.4 -> 3.1, 5.1 -> 3.8 -> 3.2, 6.1 -> 4.1 -> 3.8 ms (prefetch, then chunks).
+// 3.4 -> 3.1, 5.1 -> 3.8 -> 3.2, 6.1 -> 4.1 -> 3.8 ms (prefetch, then chunks). (bf16
+// weights now stream differently, see kern_bf16b_m.)
 constexpr int64_t kAheadBytes = 4096;
 constexpr int64_t kChunkBytes = 32 * 1024;
 OPTX_ALWAYS_INLINE void prefetch_row(const void* b, int64_t row, int64_t row_bytes) {
   const char* p = static_cast<const char*>(b) + row * row_bytes + kAheadBytes;
   for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
 }
-// Pass 0's prefetches at k row `row`: the stream ahead (first reader of the panel) and
-// one line of the driver's next B micro-panel into L2 (pf.l2_next). Without the latter
-// each K block's first row slice waited on the new 32 KiB micro-panel from L3 / DRAM:
-// f32 2048^3, alternating in one process, 1 thread 67.9 -> 77.2 GFLOP/s, 2 threads
-// 125 -> 134; bf16 (bound by its widening, not by memory) 58.1 -> 60.0.
+// One line of the driver's next B micro-panel into L2 per k row of the first pass
+// (pf.l2_next). Without it each K block's first row slice waited on the new 32 KiB
+// micro-panel from L3 / DRAM: f32 2048^3, alternating in one process, 1 thread 67.9 ->
+// 77.2 GFLOP/s, 2 threads 125 -> 134; bf16 (bound by its widening, not by memory) 58.1 ->
+// 60.0.
+OPTX_ALWAYS_INLINE void prefetch_l2_next(const Prefetch& pf, int64_t row) {
+  if (row < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * row, _MM_HINT_T1);
+}
+// Pass 0's prefetches at k row `row`: the stream ahead (first reader) and pf.l2_next.
 OPTX_ALWAYS_INLINE void prefetch_ahead(const Prefetch& pf, const void* b, int64_t row, int64_t row_bytes) {
   if (pf.stream) prefetch_row(b, row, row_bytes);
-  if (row < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * row, _MM_HINT_T1);
+  prefetch_l2_next(pf, row);
 }
 
 // out / ldo: where the last chunk stores the tile (acc, or C for KernelF32Out); earlier
@@ -126,16 +131,26 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
 }
 
 // bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column. M rows x 8 NV
-// columns per pass, 8 / NV passes over each kChunkBytes piece of the panel. Up to four rows
+// columns per pass, 8 / NV passes over each kBf16ChunkBytes piece of the panel. The first
+// reader's every pass asks for its own lines of the next piece, one piece ahead, so the
+// panel streams during all the passes: when only the first pass prefetched (whole rows
+// 4 KiB ahead, kChunkBytes pieces), memory sat idle during the others and the
+// prefetches ran ~60 ns ahead of their loads, less than DRAM's latency. bf16 2816 x 2048
+// weights from DRAM (a new copy every call), two library builds alternating in one
+// process: one thread M = 2 / 3 / 4 / 5 / 6 / 7 +5 / +11 / +8-16 / +13-18 / +27-31 /
+// +19-26%; two threads M = 2-4 +2-7%, 5 / 6 +12-14 / +19-21%. (f32 weights, tried the
+// same way in kern_one_m, lost 9-21%: 4 B per value leaves no compute to hide behind.)
+// 16 KiB pieces ran 2-8% ahead of 32 KiB ones (alternating in one process). Up to four rows
 // take NV = 4, two 32-column passes instead of four 16-column ones (M x 4 accumulators;
 // four rows spill a few, which a memory-bound call hides), so each pass reads two of a k
 // row's four lines. bf16 N = K = 4096 from DRAM, 2 threads, alternating in one process:
 // M = 2 / 3 / 4 2.9-4.1 / 3.2-3.4 / 3.2-3.6 -> 2.2-3.2 / 2.4-2.6 / 2.4-2.7 ms.
+constexpr int64_t kBf16ChunkBytes = 16 * 1024;
 template <int M, int NV = 2>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
-  const int64_t chunk = 2 * kChunkBytes / (kNR * 4);  // k values, even
+  const int64_t chunk = 2 * kBf16ChunkBytes / (kNR * 4);  // k values, even
   for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
     for (int s = 0; s < 8 / NV; ++s) {
@@ -143,8 +158,10 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
       begin<M, NV>(c, acc + 8 * NV * s, accumulate || k0 > 0);
       // An odd kc reads one pair past K: zero in both packed A and B.
       for (int64_t k = k0; k < k1; k += 2) {
-        if (s == 0) prefetch_ahead(pf, b, k / 2, kNR * 4);
         const uint16_t* p = b + k * kNR + s * 16 * NV;
+        if (pf.stream)  // this pass's NV / 2 lines of the row one piece ahead
+          for (int i = 0; i < NV / 2; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + chunk * kNR) + 64 * i, _MM_HINT_T0);
+        if (s == 0) prefetch_l2_next(pf, k / 2);
         __m256 ev[NV], od[NV];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; ++i) widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i)), ev[i], od[i]);
@@ -158,18 +175,30 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
 
 // One 16-column strip of a widened K block (b: [kc][16], see KernelTable::widen_b) for
 // M rows into the tile's 16 columns at acc, stored to out (row stride ldo). pf: its share
-// of the next block, pulled into L2 at the start (a few lines: the driver splits a block
-// over 4 x slices calls).
+// of the next block (the driver splits a block over 4 x slices calls), pulled into L2 a
+// line every kc / l2_lines k steps. Issued at the start, the 32-64 lines of a decode
+// call (8-16 rows) waited on the core's miss buffers and the FMAs behind them. 2816 x
+// 2048 weights from DRAM (a new copy every call), two library builds alternating in one
+// process, three runs: bf16 one thread M = 8-12 +7-39%, 13-16 +2-27%; two threads M = 8-16
+// +5-16%; f32 M = 12 +78%; f32 2048^3 (a dozen lines per call) ±1%.
 template <int M>
 void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
-  for (int64_t l = 0; l < pf.l2_lines; ++l) _mm_prefetch(pf.l2_next + 64 * l, _MM_HINT_T1);
+  const int64_t every = std::max<int64_t>(1, kc / std::max<int64_t>(pf.l2_lines, 1));
   __m256 c[M][2];
   begin<M>(c, acc, accumulate);
+  const auto steps = [&](int64_t k0, int64_t k1) {
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 bb[2] = {_mm256_load_ps(b + 16 * k), _mm256_load_ps(b + 16 * k + 8)};
-    fma_rows<M>(c, bb, a, k);
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m256 bb[2] = {_mm256_load_ps(b + 16 * k), _mm256_load_ps(b + 16 * k + 8)};
+      fma_rows<M>(c, bb, a, k);
+    }
+  };
+  int64_t k = 0;
+  for (int64_t l = 0; l < pf.l2_lines; ++l, k = std::min(kc, k + every)) {  // no test per k step
+    _mm_prefetch(pf.l2_next + 64 * l, _MM_HINT_T1);
+    steps(k, std::min(kc, k + every));
   }
+  steps(k, kc);
   end<M>(c, out, ldo);
 }
 
