@@ -52,10 +52,8 @@ struct Seq {
 };
 
 // ---- the parallel driver ------------------------------------------------------------------
-size_t scratch_bytes(int64_t D, int64_t Dv, int rows, int groups) {
-  return align_up(size_t(job_scratch_floats(D, Dv, rows, groups)) * sizeof(float));
-}
-size_t scratch_bytes(const Config& c) { return scratch_bytes(c.D, c.Dv, c.max_rows, c.max_groups); }
+size_t scratch_bytes(int64_t D, int64_t Dv, int rows) { return align_up(size_t(job_scratch_floats(D, Dv, rows)) * sizeof(float)); }
+size_t scratch_bytes(const Config& c) { return scratch_bytes(c.D, c.Dv, c.max_rows); }
 
 // Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
 // the fly by make(idx, job).
@@ -589,7 +587,6 @@ void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, co
   d.table_stride = tables.strides[0];
   d.block_size = block_size;
   d.seq_lens = static_cast<const int32_t*>(lens.data);
-  d.cfg.max_groups = d.all_heads_fit() ? int(d.Nkv) : 1;
   d.splits = 1;
   if (d.B > 0) d.splits = decode_splits(d);
 }
@@ -769,7 +766,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(g.D, g.Dv, kMaxJobRows, 1) * size_t(num_threads()) + kAlign;
+  return scratch_bytes(g.D, g.Dv, kMaxJobRows) * size_t(num_threads()) + kAlign;
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }

@@ -79,19 +79,6 @@ OPTX_ALWAYS_INLINE void swap_quads16(float* x, int64_t n) {
   }
 }
 
-// dst[0, bytes) = src[0, bytes), bytes a multiple of 16: inline (a libc call per 256-byte
-// row cost 10%), 32 bytes per step while it can: with 16-byte steps decode took 3-19%
-// longer (alternating in one process; B = 1 ctx 8k from DRAM 17-19%, ctx 32k 9%, B = 8 3%,
-// in L2 5%).
-OPTX_ALWAYS_INLINE void copy_row(const void* src, int64_t bytes, void* dst) {
-  const char* s = static_cast<const char*>(src);
-  char* d = static_cast<char*>(dst);
-  int64_t b = 0;
-  for (; b + 32 <= bytes; b += 32)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + b), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + b)));
-  if (b < bytes) _mm_storeu_si128(reinterpret_cast<__m128i*>(d + b), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b)));
-}
-
 // 16 bf16 values -> f32 in swap_quads16 order: lo = [0-3, 8-11], hi = [4-7, 12-15].
 OPTX_ALWAYS_INLINE void widen16(const uint16_t* p, __m256& lo, __m256& hi) {
   simd::Avx2::widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), lo, hi);

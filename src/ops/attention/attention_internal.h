@@ -213,9 +213,6 @@ struct Config {
   // Rows the job scratch is laid out for (job_scratch_floats): flash kMaxJobRows, decode
   // kMaxRows.
   int max_rows = kMaxRows;
-  // KV heads one job reads (decode jobs over all KV heads: each of them): the scratch
-  // stages a block of V slices for each.
-  int max_groups = 1;
 };
 
 // The AVX2 prefill GEMM path's operands (attention_avx2_prefill_inl.h), as float offsets
@@ -235,15 +232,14 @@ struct GemmPrefillLayout {
   }
 };
 
-// Scratch floats one job of up to `rows` rows (Config::max_rows) over up to `groups` KV
-// heads (Config::max_groups) needs: the vector kernel's q rows, accumulators and one block
-// of scores, then either one block of staged bf16 K / V rows, or a block of V slices for
-// each KV head, or, for flash (rows == kMaxJobRows), GemmPrefillLayout; or the AMX kernel's
-// Q^T, staged K and V pairs, scores, P and O (the larger).
-inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows, int groups) {
+// Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
+// kernel's q rows, accumulators and one block of scores, then either one block of staged
+// bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout; or the AMX
+// kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
+inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
   const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
-  const int64_t stage = std::max(kKvBlock * (D + Dv) / 2, kKvBlock * groups * Dv / 2);
+  const int64_t stage = kKvBlock * (D + Dv) / 2;
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(stage, gemm);
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);

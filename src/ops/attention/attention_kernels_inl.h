@@ -139,8 +139,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
-  // AVX2 bf16: a decode block's V slices copied contiguously (each KV head's, G > 1), or
-  // the prefill GEMM path's operands (sized by job_scratch_floats).
+  // AVX2 bf16: the prefill GEMM path's operands (sized by job_scratch_floats).
   [[maybe_unused]] uint16_t* stage = reinterpret_cast<uint16_t*>(scratch + c.max_rows * (Dp + Dvp + kKvBlock));
   numerics::SoftmaxState st[kMaxJobRows];
   // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
@@ -152,7 +151,6 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
 #if OPTX_ATTN_BF16_TILES
   GemmPrefill gp(gemm_prefill ? R : 0, c.D, c.Dv, reinterpret_cast<float*>(stage));
 #endif
-  [[maybe_unused]] const void* vst[kKvBlock];
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
   // nothing is dequantised into staging (B=1, 2 threads, back to back: ctx 8k 4.0-4.3 ->
@@ -359,28 +357,17 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       st[r].l += V::reduce(sum) + tail;
     }
     for (int g = 0; any && g < G; ++g) {
-      // The tiles over several KV heads read V from the staging (vst, filled below).
-      const void* const* vg = tiles && G > 1 ? vst : slices(vp, g * j.v_goff, n);
+      const void* const* vg = slices(vp, g * j.v_goff, n);
 #if OPTX_ATTN_BF16_TILES
       if (gemm_prefill) {
         gp.pv(S, n);
         continue;
       }
       if (tiles) {
-        // A KV head's slices of 64 rows a slot apart share a few L1 sets, and P·V reads
-        // each line in two of its 16-column passes: contiguous, it reads them from L1.
-        // Every head's slices are copied at once, before the first head's P·V, so the V
-        // rows are read whole and in address order (a stream the hardware prefetchers
-        // follow; head by head, each copy read 256-byte pieces 2 KiB apart): B = 1 from
-        // DRAM, alternating in one process, ctx 8k +5-14%, 32k +0-2%, B = 8 +2-3%, in L2
-        // +5%. c.max_groups >= G sized the staging for it.
-        if (G > 1) {
-          if (g == 0)
-            for (int64_t jj = 0; jj < n; ++jj)
-              for (int h = 0; h < G; ++h)
-                copy_row(static_cast<const char*>(vp[jj]) + h * j.v_goff * es, c.Dv * es, stage + (h * kKvBlock + jj) * c.Dv);
-          for (int64_t jj = 0; jj < n; ++jj) vst[jj] = stage + (g * kKvBlock + jj) * c.Dv;
-        }
+        // P.V reads a KV head's V slices in place. With 64-key blocks they shared a few
+        // L1 sets (64 rows a slot apart) and went through a contiguous copy first; a
+        // 16-key step's slices fit their sets, and without the copy decode ran from DRAM
+        // +8-11% (in L2 +14%), alternating in one process.
         float* P = S + g * Rg * kKvBlock;
         if (i8_tiles || mla_i8) {
           const float* vs = mla_i8 ? k_scale : v_scale;  // MLA: V is the latent, its scale K's
