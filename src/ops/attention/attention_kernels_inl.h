@@ -222,8 +222,9 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // Decode over several KV heads (the bf16 / int8 tiles, G > 1) steps 16 keys at a time,
   // a quarter of a block: 32 KiB of K and of V with 8 KV heads of 128, so the rows in
   // flight (this step's V, prefetched during its scores, and the next step's K, during its
-  // P.V) and the V staging stay far inside L2 (512 KiB on Zen 3), where 64 keys put ~640
-  // KiB in play; memory and compute interleave at a finer grain too. B = 1 / 8, ctx 8k /
+  // P.V) stay far inside L2 (512 KiB on Zen 3), where 64 keys and the V staging they
+  // needed put ~640 KiB in play; memory and compute interleave at a finer grain too. (V is
+  // read in place, see P.V.) B = 1 / 8, ctx 8k /
   // 32k from DRAM (a new cache copy every call), alternating in one process, three runs:
   // +9-18% against 64 keys, 32 keys +4-9%, 8 keys +3-10%; with the cache in L2 -1 to -5%
   // (more softmax passes and O loads / stores per key). MLA (G = 1, compute-bound here)

@@ -140,7 +140,7 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
 // process: one thread M = 2 / 3 / 4 / 5 / 6 / 7 +5 / +11 / +8-16 / +13-18 / +27-31 /
 // +19-26%; two threads M = 2-4 +2-7%, 5 / 6 +12-14 / +19-21%. (f32 weights, tried the
 // same way in kern_one_m, lost 9-21%: 4 B per value leaves no compute to hide behind.)
-// 16 KiB pieces ran 2-8% ahead of 32 KiB ones (alternating in one process). Up to four rows
+// 16 KiB pieces ran 1-10% ahead of 32 KiB ones (alternating in one process). Up to four rows
 // take NV = 4, two 32-column passes instead of four 16-column ones (M x 4 accumulators;
 // four rows spill a few, which a memory-bound call hides), so each pass reads two of a k
 // row's four lines. bf16 N = K = 4096 from DRAM, 2 threads, alternating in one process:
