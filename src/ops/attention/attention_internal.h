@@ -239,8 +239,7 @@ struct GemmPrefillLayout {
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
   const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
-  const int64_t stage = kKvBlock * (D + Dv) / 2;
-  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(stage, gemm);
+  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(kKvBlock * (D + Dv) / 2, gemm);
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
 }

@@ -140,7 +140,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
   // AVX2 bf16: the prefill GEMM path's operands (sized by job_scratch_floats).
-  [[maybe_unused]] uint16_t* stage = reinterpret_cast<uint16_t*>(scratch + c.max_rows * (Dp + Dvp + kKvBlock));
+  [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
   numerics::SoftmaxState st[kMaxJobRows];
   // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
   constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
@@ -149,7 +149,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // widened once for all the job's rows (attention_avx2_prefill_inl.h).
   [[maybe_unused]] const bool gemm_prefill = tiles && !c.kv_once && j.groups == 1;
 #if OPTX_ATTN_BF16_TILES
-  GemmPrefill gp(gemm_prefill ? R : 0, c.D, c.Dv, reinterpret_cast<float*>(stage));
+  GemmPrefill gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
 #endif
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
@@ -220,7 +220,11 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     }
   };
   // Decode over several KV heads (the bf16 / int8 tiles, G > 1) steps 16 keys at a time,
-  // a quarter of a block: 32 KiB of K and of V with 8 KV heads of 128, so the rows in
+  // a quarter of a block. Each step's scores take the 16 keys through every head, so K is
+  // read in address order (16 slots x G heads: a paged block's rows whole), a stream the
+  // hardware prefetchers follow, where a head's 64-key block at a time read 256-byte
+  // pieces a slot (2 KiB) apart (B = 1 from DRAM, alternating in one process: ctx 8k
+  // +8-14%, 32k +7-10%). A step is 32 KiB of K and of V with 8 KV heads of 128, so the rows in
   // flight (this step's V, prefetched during its scores, and the next step's K, during its
   // P.V) stay far inside L2 (512 KiB on Zen 3), where 64 keys and the V staging they
   // needed put ~640 KiB in play; memory and compute interleave at a finer grain too. (V is
@@ -263,25 +267,6 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
       gp.scores(S);
     }
-    // GQA decode over all KV heads (G > 1): kKeyGroup keys at a time through every head,
-    // so the K rows are read in address order (16 slots x G heads: a paged block's rows
-    // whole), a stream the hardware prefetchers follow, where a head's whole block at a
-    // time read 256-byte pieces a slot (2 KiB) apart. B = 1 from DRAM, alternating in one
-    // process: ctx 8k +8-14%, ctx 32k +7-10%; in L2 -1%. (Taking P.V the same way, V
-    // read in place or copied a group at a time, lost 5-10% from DRAM.)
-    if (tiles && G > 1) {
-      constexpr int64_t kKeyGroup = 16;
-      for (int64_t j0 = 0; j0 < n; j0 += kKeyGroup) {
-        const int64_t nn = std::min(kKeyGroup, n - j0);
-        for (int g = 0; g < G; ++g) {
-          const void* kq[kKeyGroup];
-          for (int64_t i = 0; i < nn; ++i) kq[i] = static_cast<const char*>(kp[j0 + i]) + g * j.k_goff * es;
-          float* Sg = S + g * Rg * kKvBlock + j0;
-          if (i8_tiles) scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kq, nn, c.D, k_scale + j0, Sg, pf_s);
-          else scores_bf16_rows<uint16_t>(Rg, qf + g * Rg * Dp, Dp, kq, nn, c.D, nullptr, Sg, pf_s);
-        }
-      }
-    } else
 #endif
     for (int g = 0; g < G; ++g) {
       const void* const* kg = slices(kp, g * j.k_goff, n);

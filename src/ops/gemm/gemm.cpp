@@ -8,8 +8,9 @@
 //       epilogue: alpha, per-channel scale, beta * C, bias, conversion -> C
 // The B micro-panel is reused mc/6 times from L1 and each A chunk is read from L2 once per
 // panel (units with KernelTable::f32_strip run each K block as four 16-column strips over
-// all row slices instead: see compute in run_thread); every output element is reduced over K in the same order whatever the thread
-// count, so results are bitwise independent of it.
+// all row slices instead: see compute in run_thread); every output element is reduced
+// over K in the same order whatever the thread count, so results are bitwise independent
+// of it.
 //
 // Threads split the row chunks (M), sized so each thread gets the same number; decode
 // (M <= 16) and too-few-chunk cases split the panels (N) instead, so each thread streams
@@ -430,10 +431,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           return pf;
         };
         auto a_off = [&](int ir) { return int64_t(ir) * pl.k_even + kb * kMR; };  // same for f32 and pairs
-        // Two or more full row slices share this block (strips): widen it once rather than
-        // in every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). With
-        // fewer rows the widening does not pay (decode M = 8 alternating: -7%; M = 12 +12%).
-        // The block is run a 16-column strip at a time over all row slices, each strip
+        // Row slices share this block (strips, strip_rows): widen it once rather than in
+        // every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). The block
+        // is run a 16-column strip at a time over all row slices, each strip
         // widened (f32: copied) into a 16 KiB buffer (kc = 256) that stays in L1 while the
         // slices read it, where the whole 64 KiB widened block came from L2 for every
         // slice, and f32's 32 KiB block (kc = 128) did not stay in L1 beside A in the

@@ -194,9 +194,11 @@ void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool a
     }
   };
   int64_t k = 0;
-  for (int64_t l = 0; l < pf.l2_lines; ++l, k = std::min(kc, k + every)) {  // no test per k step
+  for (int64_t l = 0; l < pf.l2_lines; ++l) {  // no test per k step
     _mm_prefetch(pf.l2_next + 64 * l, _MM_HINT_T1);
-    steps(k, std::min(kc, k + every));
+    const int64_t k1 = std::min(kc, k + every);
+    steps(k, k1);
+    k = k1;
   }
   steps(k, kc);
   end<M>(c, out, ldo);
