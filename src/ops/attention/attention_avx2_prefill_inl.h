@@ -171,24 +171,6 @@ struct GemmPrefill {
       if (++pf_line == kl + vl) pf_line = 0, ++pf_key;
     }
   }
-  OPTX_ALWAYS_INLINE static void transpose8(__m256 (&x)[8]) {
-    __m256 t[8];
-    for (int i = 0; i < 8; i += 2) {
-      t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
-      t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
-    }
-    __m256 u[8];
-    for (int i = 0; i < 8; i += 4) {
-      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; ++i) {
-      x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-      x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-    }
-  }
 };
 
 }  // namespace

@@ -232,14 +232,26 @@ struct GemmPrefillLayout {
   }
 };
 
+// The AVX2 many-row decode path's operands (attention_avx2_manyrows_inl.h), as float
+// offsets into a decode job's scratch after the rows' q, O and scores: one block's K rows
+// and (when they are not K's row prefix) V rows widened to f32, Q^T [D][kMaxRows], and
+// the block's S^T, later P^T, [kKvBlock][kMaxRows].
+struct ManyRowsLayout {
+  int64_t kf = 0, vf, qt, st, floats;
+  ManyRowsLayout(int64_t D, int64_t Dv)
+      : vf(kf + kKvBlock * D), qt(vf + kKvBlock * Dv), st(qt + D * kMaxRows), floats(st + kKvBlock * kMaxRows) {}
+};
+
 // Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
 // kernel's q rows, accumulators and one block of scores, then either one block of staged
-// bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout; or the AMX
-// kernel's Q^T, staged K and V pairs, scores, P and O (the larger).
+// bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout, for decode
+// ManyRowsLayout; or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the
+// larger).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
   const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
-  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max(kKvBlock * (D + Dv) / 2, gemm);
+  const int64_t many = rows <= kMaxRows ? ManyRowsLayout(D, Dv).floats : 0;
+  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
   return std::max(vec, amx);
 }

@@ -290,7 +290,10 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                {1, 1, 12, 3, 64, std::vector<int32_t>{150}},
                                                // 4 rows per job, Dv = 96: a full 64-column P . V
                                                // pass, then a partial one
-                                               {1, 1, 8, 2, 96, std::vector<int32_t>{600}}}) {
+                                               {1, 1, 8, 2, 96, std::vector<int32_t>{600}},
+                                               // 24 rows over one KV head: the AVX2 many-row
+                                               // path's 16-row and 8-row score groups
+                                               {1, 3, 8, 1, 64, std::vector<int32_t>{300}}}) {
           if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
           DecodeCase c;
           c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
@@ -390,7 +393,9 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
                                                          {1, 1, 16, 512, 64, std::vector<int32_t>{65}, 64},
                                                          {1, 1, 16, 64, 32, std::vector<int32_t>{600}, 64},
                                                          {1, 2, 16, 64, 32, std::vector<int32_t>{300}, 64},
-                                                         {1, 1, 16, 64, 32, std::vector<int32_t>{100}, 8}}) {
+                                                         {1, 1, 16, 64, 32, std::vector<int32_t>{100}, 8},
+                                                         // 20 rows: a score group of 8 half empty
+                                                         {1, 1, 20, 64, 16, std::vector<int32_t>{150}, 64}}) {
             // Only >= 2 x kMinSplitBlocks blocks split at 2 threads.
             if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;
             DecodeCase c;
