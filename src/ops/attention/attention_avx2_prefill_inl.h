@@ -1,17 +1,21 @@
 // Prefill on AVX2 units (bf16, K / V reused by other jobs): a job's scores and P·V as calls
-// of the GEMM family's f32 microkernel (6 rows x 64 columns, gemm_avx2.cpp), included by
-// attention_kernels_inl.h next to the bf16 tiles.
+// of the GEMM family's f32 strip microkernel (6 rows x 16 columns, gemm_avx2.cpp),
+// included by attention_kernels_inl.h next to the bf16 tiles.
 //
 // Why: the tiles (attention_avx2_bf16_inl.h) widen each K / V chunk once per 4 rows and
 // end every 8 scores in a horizontal-add tree. The GEMM kernel broadcasts one A value per
 // row against two B vectors, 12 accumulators, no reduction. It needs B with the reduced
-// dimension first, so per KV block the job writes, once for all its rows (96 on AVX2,
-// Kernels::prefill_rows):
-//   K^T  [D][64] f32    (B of S = Q K^T; walked in 64-row pieces of 16 KiB)
-//   V    [planes][64][64] f32, a plane per 64 columns of Dv (B of O += P V, kc = n keys)
+// dimension first, in 16-column strips, so per KV block the job writes, once for all its
+// rows (96 on AVX2, Kernels::prefill_rows):
+//   K^T  [4][D][16] f32      (B of S = Q K^T: a strip per 16 keys, kc = D)
+//   V    [Dv / 16][64][16]   (B of O += P V: a strip per 16 columns, kc = n keys)
 // and per job Q in the kernel's A layout (6-row micro-panels [d][6]); P is packed to
 // [key][6] per slice. O lives in the kernel's tile layout [plane][row][64] until the
-// job's end. Each B piece (16 KiB) serves all the job's row slices from L1.
+// job's end. Each strip (8 KiB of K^T at D = 128, 4 KiB of V) serves all the job's row
+// slices from L1.
+// The strips replaced calls of the 64-column kernel (four 16-column passes per call, K^T
+// in 64-row pieces, kc = 64 for both products): one block's products alone, one core,
+// the scores 66-68 -> 80-83 GFLOP/s, P·V 66 -> 75-78.
 // Measured against the tiles, alternating in one process: with 32-row jobs the two were
 // equal (the kernels ran faster, but widening / transposing the block, waiting on its
 // rows and packing P took it back); with 96-row jobs S = 2048 / 4096 +16% / +11% over
@@ -38,14 +42,14 @@ struct GemmPrefill {
   int R = 0;
   int64_t D = 0, Dv = 0, planes = 0, slices = 0;
   float* q = nullptr;   // slices x D x kMR
-  float* kt = nullptr;  // D x 64
-  float* v = nullptr;   // planes x 64 x 64
+  float* kt = nullptr;  // 4 strips x D x 16
+  float* v = nullptr;   // Dv / 16 strips x 64 x 16
   float* o = nullptr;   // planes x R x 64
   float* p = nullptr;   // slices x 64 x kMR
-  static constexpr int64_t kKc = 64;  // K^T rows per piece of the scores
-  gemm_detail::KernelF32A kern = nullptr;
+  static constexpr int kStrip = 16;
+  gemm_detail::KernelF32Out kern = nullptr;
 
-  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch) : R(rows), D(d), Dv(dv), kern(gemm_detail::kernels_avx2().f32b) {
+  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch) : R(rows), D(d), Dv(dv), kern(gemm_detail::kernels_avx2().f32_strip) {
     const GemmPrefillLayout l(d, dv);
     planes = l.planes;
     slices = (rows + kMR - 1) / kMR;
@@ -66,7 +70,8 @@ struct GemmPrefill {
   }
 
   // K^T of keys kp[0, n) (bf16 rows of D values, D a multiple of 16): 8 keys x 8 values
-  // at a time, widened and transposed in registers; keys n .. 64 zero.
+  // at a time, widened and transposed in registers; keys n .. 64 zero. Key j, value d at
+  // kt_at(d, j).
   void load_k(const void* const* kp, int64_t n) {
     int64_t j0 = 0;
     for (; j0 + 8 <= n; j0 += 8) {
@@ -76,25 +81,20 @@ struct GemmPrefill {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = simd_type::load(k[i] + d);
         transpose8(x);
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d + i) * kNR + j0, x[i]);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt_at(d + i, j0), x[i]);
       }
     }
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t jj = j0; jj < n; ++jj)
-        kt[d * kNR + jj] = bf16_to_f32(static_cast<const uint16_t*>(kp[jj])[d]);
-      for (int64_t jj = n; jj < kNR; ++jj) kt[d * kNR + jj] = 0.0f;
+      for (int64_t jj = j0; jj < n; ++jj) *kt_at(d, jj) = bf16_to_f32(static_cast<const uint16_t*>(kp[jj])[d]);
+      for (int64_t jj = n; jj < kNR; ++jj) *kt_at(d, jj) = 0.0f;
     }
   }
 
-  // V of keys vp[0, n) (bf16 rows of Dv values, Dv a multiple of 16) into the planes;
-  // columns past Dv zero.
+  // V of keys vp[0, n) (bf16 rows of Dv values, Dv a multiple of 16) into the strips.
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
       const uint16_t* src = static_cast<const uint16_t*>(vp[jj]);
-      for (int64_t c = 0; c < planes * kNR; c += 8) {
-        float* dst = v + (c / kNR) * kNR * kNR + jj * kNR + c % kNR;
-        _mm256_storeu_ps(dst, c < Dv ? simd_type::load(src + c) : _mm256_setzero_ps());
-      }
+      for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + (c / kStrip) * kNR * kStrip + jj * kStrip + c % kStrip, simd_type::load(src + c));
     }
   }
 
@@ -103,24 +103,23 @@ struct GemmPrefill {
   // prefetchers do not follow, and loading the block waited on them otherwise.
   void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
     pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
-    const int64_t calls = slices * ((D + kKc - 1) / kKc + planes);
+    const int64_t calls = slices * (kNR / kStrip + Dv / kStrip);
     pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
   }
 
-  // S[r][0, 64) (stride kKvBlock) = q_r . k for all rows; keys past n score 0. K^T is
-  // walked in 64-row pieces (16 KiB), each reused by all row slices from L1: a whole
-  // 32 KiB K^T per slice came from L2 (a 2-row slice cost 70% of a 6-row one).
+  // S[r][0, 64) (stride kKvBlock) = q_r . k for all rows; keys past n score 0. A strip
+  // of K^T at a time, reused by all row slices from L1.
   void scores(float* S) {
     const gemm_detail::Prefetch pf;
-    for (int64_t d0 = 0; d0 < D; d0 += kKc)
+    for (int st = 0; st < kNR / kStrip; ++st)
       for (int s = 0; s < slices; ++s) {
-        kern(std::min(kMR, R - s * kMR), std::min(kKc, D - d0), q + s * kMR * D + d0 * kMR, kt + d0 * kNR,
-             S + s * kMR * kKvBlock, d0 > 0, pf);
+        float* tile = S + s * kMR * kKvBlock + st * kStrip;
+        kern(std::min(kMR, R - s * kMR), D, q + s * kMR * D, kt + st * D * kStrip, tile, false, pf, tile, kKvBlock);
         prefetch_some();
       }
   }
 
-  // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V plane (16 KiB) at a time.
+  // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V strip (4 KiB) at a time.
   void pv(const float* P, int64_t n) {
     const gemm_detail::Prefetch pf;
     // 8 rows x 8 keys transposed in registers; key jj's 8 values are stored at its 6-float
@@ -135,9 +134,10 @@ struct GemmPrefill {
         transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(p + (s * kNR + jj + i) * kMR, x[i]);
       }
-    for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t st = 0; st < Dv / kStrip; ++st)
       for (int s = 0; s < slices; ++s) {
-        kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + pl * kNR * kNR, o + (pl * R + s * kMR) * kNR, true, pf);
+        float* tile = o + ((st * kStrip / kNR) * R + s * kMR) * kNR + st * kStrip % kNR;
+        kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + st * kNR * kStrip, tile, true, pf, tile, kNR);
         prefetch_some();
       }
   }
@@ -158,6 +158,7 @@ struct GemmPrefill {
   }
 
  private:
+  float* kt_at(int64_t d, int64_t j) const { return kt + (j / kStrip) * D * kStrip + d * kStrip + j % kStrip; }
   const void* const* pf_k = nullptr;
   const void* const* pf_v = nullptr;
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
