@@ -150,7 +150,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   pl.bbuf_off = off;
   if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
-    off = align_up(off + size_t(rows) * kNR * dtype_size(bt));
+    size_t bytes = size_t(rows) * kNR * dtype_size(bt);
+    if (!amx && strips && strip_rows(bt, pl.M)) bytes = std::max(bytes, size_t(pl.kc) * kNR * sizeof(float));  // pack_strips
+    off = align_up(off + bytes);
   }
   // A K block's strip widened to f32 (KernelTable::widen_b) when row slices share it
   // (strip_rows: more than kMR rows, so kc is a K block, not all of K).
@@ -323,7 +325,10 @@ void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_e
   }
 }
 
-void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp,
+// b_strips: p.packed_b was packed per call with each K block of pl.kc rows as four
+// [kc][16] f32 strips (KernelTable::pack_strips), which every row count runs through
+// f32_strip with no widen_b copy.
+void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp, bool b_strips,
                 uint8_t* ws, const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
   float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
@@ -337,7 +342,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const int64_t K = pl.K, lda = p.a.strides[0], ldc = p.c.strides[0];
   // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
-  auto strips = [&](int mrows) { return kt.widen_b && !use_dp && strip_rows(bt, mrows); };
+  auto strips = [&](int mrows) { return b_strips || (kt.widen_b && !use_dp && strip_rows(bt, mrows)); };
   // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, or bf16 B in strips):
   // the last K block stores whole panels straight into C, without the scratch round trip
   // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%). Edge panels
@@ -401,13 +406,16 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
       for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
         const int64_t kcur = std::min(pl.kc, K - kb);
-        const void* bp;
-        if (p.packed_b) {
+        const void* bp = bbuf;
+        // An unpacked B that runs in strips goes straight into them (KernelTable::
+        // pack_strips) instead of through pack_panel and a widen_b copy per strip (the
+        // calls that do not pack B once: a single row chunk, or B past kPackOnceMaxBytes).
+        const bool in_strips = !p.packed_b && strips(mrows) && kt.pack_strips &&
+                               kt.pack_strips(p.b, p.b_kn, jb, kb, kcur, static_cast<float*>(bbuf));
+        if (p.packed_b)
           bp = p.packed_b->panel(jb) + size_t(kb) * kNR * besize;
-        } else {
+        else if (!in_strips)
           pack_panel(p.b, p.b_kn, jb, kb, kcur, bbuf);
-          bp = bbuf;
-        }
         // The next B micro-panel (the next K block, or the start of the next panel) is
         // pulled into L2 a slice per row slice, one line per k step inside the kernel, so
         // the first slice of the next block finds it in L2 instead of waiting on L3 —
@@ -442,11 +450,14 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // 2 threads -1 to +10%. (Widening the whole block before its strips: within 1%.)
         if (strips(mrows)) {
           for (int s = 0; s < kNR / 16; ++s) {
-            kt.widen_b(bt, kcur, bp, s, wbuf);
+            const float* strip = in_strips ? static_cast<const float*>(bbuf) + s * kcur * 16
+                                 : b_strips ? static_cast<const float*>(bp) + s * kcur * 16
+                                            : wbuf;
+            if (!in_strips && !b_strips) kt.widen_b(bt, kcur, bp, s, wbuf);
             for (int ir = 0; ir < mrows; ir += kMR) {
               float* tile = dst + ir * kNR + 16 * s;
               const bool to_c = c_out && kb + kcur >= K;
-              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), wbuf, tile, kb > 0,
+              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), strip, tile, kb > 0,
                            l2_share(s * slices + ir / kMR, kNR / 16 * slices, false),
                            to_c ? c_out + ir * ldc + 16 * s : tile, to_c ? ldc : kNR);
             }
@@ -581,7 +592,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 }
 
 template <const KernelTable& (*Table)()>
-Status run_blocked(const GemmParams& p, Workspace ws) {
+Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
   const KernelTable& kt = Table();
   const bool use_amx = kt.amx_block && amx_eligible(p);
   PackedMatrix m;
@@ -589,13 +600,28 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
     m.data = base;
     const int64_t np = m.n_panels();
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (np > 1)
-    for (int64_t j = 0; j < np; ++j) pack_panel(p.b, p.b_kn, j, 0, m.k_padded, base + j * m.panel_bytes);
     GemmParams q = p;
     q.b = {};
     q.packed_b = &m;
+    // f32 B for the strip kernels is packed straight into their strips, a K block at a
+    // time (same bytes per panel): the per-strip widen_b copy (6.6% of f32 2048^3 on one
+    // thread) goes, and 8 x 8 transposes replace pack_panel's element loop (5.6%). Two
+    // builds alternating in one process: 2048^3 one thread +8 / +14%, two threads +5 /
+    // +9%; 1024^3 one thread +12%, 512^3 two threads +8%.
+    const int64_t kc = make_plan(q, false, true).kc;
+    const bool strips = !use_amx && kt.pack_strips && kt.f32_strip && p.b.dtype == DType::kF32 && p.b.strides[1] == 1;
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (np > 1)
+    for (int64_t j = 0; j < np; ++j) {
+      uint8_t* panel = base + j * m.panel_bytes;
+      if (!strips) {
+        pack_panel(p.b, p.b_kn, j, 0, m.k_padded, panel);
+        continue;
+      }
+      for (int64_t kb = 0; kb < m.k; kb += kc)
+        kt.pack_strips(p.b, p.b_kn, j, kb, std::min(kc, m.k - kb), reinterpret_cast<float*>(panel) + kb * kNR);
+    }
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
-    return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
+    return run_blocked_s<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used}, strips);
   }
   const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
@@ -610,7 +636,7 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
   auto body = [&](int t) {
     uint8_t* w = base + size_t(t) * pl.per_thread;
     if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t, shared));
-    else run_thread(pl, p, kt, use_dp, w, range_for(pl, t, shared));
+    else run_thread(pl, p, kt, use_dp, b_strips, w, range_for(pl, t, shared));
   };
   if (pl.threads == 1) {
     body(0);
@@ -619,6 +645,11 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
 #pragma omp parallel num_threads(pl.threads)
   body(omp_get_thread_num());
   return Status::Ok();
+}
+
+template <const KernelTable& (*Table)()>
+Status run_blocked(const GemmParams& p, Workspace ws) {
+  return run_blocked_s<Table>(p, ws, false);
 }
 
 std::string selected_name();

@@ -107,6 +107,12 @@ struct KernelTable {
   // and the sums keep f32b's k order, so results are bitwise those of bf16b / i8b.
   void (*widen_b)(DType bt, int64_t kc, const void* b, int s, float* dst) = nullptr;
   KernelF32Out f32_strip = nullptr;
+  // Optional, with f32_strip: the K block (rows k0 .. k0 + kc) of panel j of an unpacked
+  // f32 or bf16 B ([N, K], or [K, N] with kn) written straight into the four strips
+  // f32_strip reads (strip s at dst + s * kc * 16; columns past N and rows past K zero):
+  // what pack_panel and widen_b produce together, in one pass. Other dtypes or strides:
+  // returns false and writes nothing.
+  bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
 };
 
 const KernelTable& kernels_scalar();

@@ -61,6 +61,19 @@ std::vector<Case> edge_cases() {
       cs.push_back(c);
     }
   }
+  // Unpacked B in row slices that share K blocks (strips): packed straight into f32 strips
+  // from [N, K] (8 x 8 transposes, K and N tails) and [K, N] (row copies) f32 and bf16.
+  for (auto [M, N, K] : {std::tuple{24, 128, 40}, {13, 100, 300}, {30, 64, 9}})
+    for (bool kn : {false, true})
+      for (DType bt : {DType::kF32, DType::kBF16}) {
+        Case c;
+        c.M = M, c.N = N, c.K = K;
+        c.a = DType::kF32, c.b = bt, c.c = DType::kF32;
+        c.packed = false;
+        c.b_kn = kn;
+        c.beta = 0.5f;
+        cs.push_back(c);
+      }
   // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
   // last block's tile goes straight into C, onto the blocks accumulated before it.
   for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
