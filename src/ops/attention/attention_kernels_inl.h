@@ -176,7 +176,8 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   [[maybe_unused]] const bool many_rows = tiles && c.kv_once && j.groups == 1 && (!j.kv.i8.k || mla_i8) &&
                                           c.max_rows <= kMaxRows && R >= kManyRowsMin;
 #if OPTX_ATTN_BF16_TILES
-  const bool v_shared = j.kv.k == j.kv.v && j.kv.k_rs == j.kv.v_rs && c.Dv <= c.D;
+  // V is K's row prefix (MLA's latent, bf16 or i8): P.V reads the widened K rows.
+  const bool v_shared = mla_i8 || (j.kv.k == j.kv.v && j.kv.k_rs == j.kv.v_rs && c.Dv <= c.D);
   ManyRows mr(many_rows ? R : 0, c.D, c.Dv, v_shared, stage);
 #endif
   for (int r = 0; r < R; ++r) {

@@ -371,7 +371,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // Single-row decode on packed weights: four panels per call, four DRAM streams (with
     // SwiGLU: gate j, j+1 and up j, j+1, so two outputs per call).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
-    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp;
+    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp && !b_strips;  // gemv4 reads 64-column panels
     auto run_gemv4 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
       for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
