@@ -65,6 +65,25 @@ struct Avx2 {
     return _mm_cvtss_f32(q);
   }
 
+  // 8 x 8 floats transposed in registers: x[i] holds column i afterwards (24 shuffles).
+  OPTX_ALWAYS_INLINE static void transpose8(F (&x)[8]) {
+    F t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+      x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+  }
+
   // Tails (n <= W). f32 ones by vmaskmovps: masked-off lanes are neither read nor written
   // (a stack copy — scalar stores under a vector reload — stalls on store forwarding, which
   // held the AVX2 router at 2.5x its time when it used these for every vector). 16-bit ones

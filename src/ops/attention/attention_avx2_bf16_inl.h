@@ -91,26 +91,6 @@ OPTX_ALWAYS_INLINE void widen16(const int8_t* p, __m256& lo, __m256& hi) {
   hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))));
 }
 
-// 8 x 8 floats transposed in registers: x[i] holds column i afterwards.
-OPTX_ALWAYS_INLINE void transpose8(__m256 (&x)[8]) {
-  __m256 t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
-  }
-  __m256 u[8];
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
 // The sums of 8 vectors, in order, in one vector.
 OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
   const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));

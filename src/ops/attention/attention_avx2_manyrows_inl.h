@@ -163,7 +163,7 @@ struct ManyRows {
       for (int64_t j0 = 0; j0 < n; j0 += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(st + (j0 + i) * Rp + h0);
-        transpose8(x);
+        simd::Avx2::transpose8(x);
         for (int i = 0; i < 8 && h0 + i < R; ++i) _mm256_storeu_ps(S + (h0 + i) * kKvBlock + j0, x[i]);
       }
   }
@@ -174,7 +174,7 @@ struct ManyRows {
       for (int64_t j0 = 0; j0 < n; j0 += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = h0 + i < R ? _mm256_loadu_ps(P + (h0 + i) * kKvBlock + j0) : _mm256_setzero_ps();
-        transpose8(x);
+        simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(st + (j0 + i) * Rp + h0, x[i]);
       }
     const float* v = v_shared ? kf : vf;

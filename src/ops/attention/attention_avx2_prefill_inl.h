@@ -80,7 +80,7 @@ struct GemmPrefill {
       for (int64_t d = 0; d < D; d += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = simd_type::load(k[i] + d);
-        transpose8(x);
+        simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt_at(d + i, j0), x[i]);
       }
     }
@@ -131,7 +131,7 @@ struct GemmPrefill {
       for (int64_t jj = 0; jj < n; jj += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(P + (s * kMR + i) * kKvBlock + jj);
-        transpose8(x);
+        simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(p + (s * kNR + jj + i) * kMR, x[i]);
       }
     for (int64_t st = 0; st < Dv / kStrip; ++st)

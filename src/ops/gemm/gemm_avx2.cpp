@@ -288,25 +288,6 @@ void widen_b(DType bt, int64_t kc, const void* bv, int s, float* dst) {
   }
 }
 
-// 8 x 8 floats transposed in registers: x[i] holds column i afterwards.
-OPTX_ALWAYS_INLINE void transpose8(__m256 (&x)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    x[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    x[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
 // 8 consecutive values of an f32 or bf16 row as f32.
 template <class T>
 OPTX_ALWAYS_INLINE __m256 load8(const T* p) {
@@ -344,7 +325,7 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
       for (int64_t n = 0; n + 8 <= ncols; n += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = load8(src + (n0 + n + i) * sn + k0 + kv);
-        transpose8(x);
+        simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_store_ps(at(kv + i, n), x[i]);
       }
     for (int64_t kk = 0; kk < kv; ++kk)  // those rows' partial 8-column group and zero columns
