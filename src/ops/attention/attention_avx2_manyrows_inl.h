@@ -160,25 +160,15 @@ struct ManyRows {
         else key_tiles<1>(n, q, d0, nd, st + h0, pf_k, pf_v);
       }
     }
-    // S^T -> S, 8 x 8 at a time (keys past n carry whatever the buffer held; never read).
+    // S^T -> S (keys past n carry whatever the buffer held; never read).
     for (int h0 = 0; h0 < Rp; h0 += 8)
-      for (int64_t j0 = 0; j0 < n; j0 += 8) {
-        __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(st + (j0 + i) * Rp + h0);
-        simd::Avx2::transpose8(x);
-        for (int i = 0; i < 8 && h0 + i < R; ++i) _mm256_storeu_ps(S + (h0 + i) * kKvBlock + j0, x[i]);
-      }
+      for (int64_t j0 = 0; j0 < n; j0 += 8) transpose_block(st + j0 * Rp + h0, Rp, 8, S + h0 * kKvBlock + j0, kKvBlock, R - h0);
   }
 
   // acc_r[0, Dv) (stride Dvp) += sum_jj P[r][jj] v_jj over the block's n keys.
   void pv(const float* P, int64_t n, float* acc, int64_t Dvp, PrefetchCursor& pf_k, PrefetchCursor& pf_v) {
-    for (int h0 = 0; h0 < Rp; h0 += 8)
-      for (int64_t j0 = 0; j0 < n; j0 += 8) {
-        __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = h0 + i < R ? _mm256_loadu_ps(P + (h0 + i) * kKvBlock + j0) : _mm256_setzero_ps();
-        simd::Avx2::transpose8(x);
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(st + (j0 + i) * Rp + h0, x[i]);
-      }
+    for (int h0 = 0; h0 < Rp; h0 += 8)  // P -> P^T, rows R .. Rp zero
+      for (int64_t j0 = 0; j0 < n; j0 += 8) transpose_block(P + h0 * kKvBlock + j0, kKvBlock, R - h0, st + j0 * Rp + h0, Rp, 8);
     const float* v = v_shared ? kf : vf;
     const int64_t ldv = v_shared ? D : Dv;
     // A 16-column piece of V (64 keys: 4 KiB) serves all the row tiles from L1. The rows
@@ -203,6 +193,14 @@ struct ManyRows {
   }
 
  private:
+  // An 8 x 8 block src (row stride lds; rows from `have` on read as zero) transposed into
+  // dst (row stride ldd; only its first `keep` rows written).
+  static void transpose_block(const float* src, int64_t lds, int have, float* dst, int64_t ldd, int keep) {
+    __m256 x[8];
+    for (int i = 0; i < 8; ++i) x[i] = i < have ? _mm256_loadu_ps(src + i * lds) : _mm256_setzero_ps();
+    simd::Avx2::transpose8(x);
+    for (int i = 0; i < 8 && i < keep; ++i) _mm256_storeu_ps(dst + i * ldd, x[i]);
+  }
   // Columns [c0, c1) of rows [j0, j1) widened into dst (row stride ld).
   static void widen_cols(const void* const* rows, int64_t j0, int64_t j1, int64_t c0, int64_t c1, float* dst, int64_t ld) {
     for (int64_t jj = j0; jj < j1; ++jj) {

@@ -407,15 +407,20 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
         const int64_t kcur = std::min(pl.kc, K - kb);
         const void* bp = bbuf;
-        // An unpacked B that runs in strips goes straight into them (KernelTable::
-        // pack_strips) instead of through pack_panel and a widen_b copy per strip (the
-        // calls that do not pack B once: a single row chunk, or B past kPackOnceMaxBytes).
-        const bool in_strips = !p.packed_b && strips(mrows) && kt.pack_strips &&
-                               kt.pack_strips(p.b, p.b_kn, jb, kb, kcur, static_cast<float*>(bbuf));
-        if (p.packed_b)
+        // The block's four [kcur][16] f32 strips when they already exist: packed per call
+        // into them (b_strips), or, for an unpacked B that runs in strips, packed straight
+        // into them here (KernelTable::pack_strips; the calls that do not pack B once: a
+        // single row chunk, or B past kPackOnceMaxBytes) instead of through pack_panel and a
+        // widen_b copy per strip. Null: each strip is widened from the panel into wbuf.
+        const float* ready = nullptr;
+        if (p.packed_b) {
           bp = p.packed_b->panel(jb) + size_t(kb) * kNR * besize;
-        else if (!in_strips)
+          if (b_strips) ready = static_cast<const float*>(bp);
+        } else if (strips(mrows) && kt.pack_strips && kt.pack_strips(p.b, p.b_kn, jb, kb, kcur, static_cast<float*>(bbuf))) {
+          ready = static_cast<const float*>(bbuf);
+        } else {
           pack_panel(p.b, p.b_kn, jb, kb, kcur, bbuf);
+        }
         // The next B micro-panel (the next K block, or the start of the next panel) is
         // pulled into L2 a slice per row slice, one line per k step inside the kernel, so
         // the first slice of the next block finds it in L2 instead of waiting on L3 —
@@ -450,10 +455,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // 2 threads -1 to +10%. (Widening the whole block before its strips: within 1%.)
         if (strips(mrows)) {
           for (int s = 0; s < kNR / 16; ++s) {
-            const float* strip = in_strips ? static_cast<const float*>(bbuf) + s * kcur * 16
-                                 : b_strips ? static_cast<const float*>(bp) + s * kcur * 16
-                                            : wbuf;
-            if (!in_strips && !b_strips) kt.widen_b(bt, kcur, bp, s, wbuf);
+            const float* strip = ready ? ready + s * kcur * 16 : wbuf;
+            if (!ready) kt.widen_b(bt, kcur, bp, s, wbuf);
             for (int ir = 0; ir < mrows; ir += kMR) {
               float* tile = dst + ir * kNR + 16 * s;
               const bool to_c = c_out && kb + kcur >= K;
@@ -609,7 +612,7 @@ Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
     // builds alternating in one process: 2048^3 one thread +8 / +14%, two threads +5 /
     // +9%; 1024^3 one thread +12%, 512^3 two threads +8%.
     const int64_t kc = make_plan(q, false, true).kc;
-    const bool strips = !use_amx && kt.pack_strips && kt.f32_strip && p.b.dtype == DType::kF32 && p.b.strides[1] == 1;
+    const bool strips = !use_amx && kt.pack_strips && p.b.dtype == DType::kF32 && p.b.strides[1] == 1;  // pack_strips takes it
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (np > 1)
     for (int64_t j = 0; j < np; ++j) {
       uint8_t* panel = base + j * m.panel_bytes;

@@ -288,13 +288,6 @@ void widen_b(DType bt, int64_t kc, const void* bv, int s, float* dst) {
   }
 }
 
-// 8 consecutive values of an f32 or bf16 row as f32.
-template <class T>
-OPTX_ALWAYS_INLINE __m256 load8(const T* p) {
-  if constexpr (sizeof(T) == 4) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
 // An unpacked B block straight into f32 strips (KernelTable::pack_strips): one pass of
 // 8 x 8 transposes ([N, K] B) or row copies ([K, N]) where pack_panel's element loop and
 // widen_b's strip copy took 5.6% and 6.6% of f32 2048^3 on one thread.
@@ -318,13 +311,13 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
   if (kn) {
     if (ncols == kNR) {
       for (; kv < krows; ++kv)
-        for (int64_t n = 0; n < kNR; n += 8) _mm256_store_ps(at(kv, n), load8(src + (k0 + kv) * sk + n0 + n));
+        for (int64_t n = 0; n < kNR; n += 8) _mm256_store_ps(at(kv, n), simd::Avx2::load(src + (k0 + kv) * sk + n0 + n));
     }
   } else {
     for (; kv + 8 <= krows; kv += 8)
       for (int64_t n = 0; n + 8 <= ncols; n += 8) {
         __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = load8(src + (n0 + n + i) * sn + k0 + kv);
+        for (int i = 0; i < 8; ++i) x[i] = simd::Avx2::load(src + (n0 + n + i) * sn + k0 + kv);
         simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_store_ps(at(kv + i, n), x[i]);
       }
