@@ -1,10 +1,10 @@
 // optx/gemm.h — dense GEMM: C = alpha * A * B^T + beta * C (+ bias).
 //
 // B is a weight matrix in the nn.Linear layout [N, K] (or [K, N] with b_kn = true), given
-// either as a plain view or pre-packed once at load time with pack_weights(). Packed
-// weights are independent of the ISA that runs them, so a model packs once and any
-// implementation (and the later grouped GEMM, which takes an array of PackedMatrix) reads
-// the same bytes.
+// either as a plain view or pre-packed once at load time with pack_weights(). Every
+// implementation reads every packed layout (the grouped GEMM takes an array of
+// PackedMatrix too), so a model packs once; pack_weights picks, for f32, the layout the
+// implementation selected on this CPU reads fastest (PackLayout).
 //
 // dtypes:  A f32  x B f32           -> C f32 | bf16
 //          A bf16 x B bf16          -> C f32 | bf16     (f32 accumulation)
@@ -25,12 +25,17 @@ namespace optx {
 // all of K for 64 output channels, zero-padded past N (and past K to k_padded):
 //   f32: [K][64]         bf16: [K/2][64][2] (k-pairs interleaved, as vdpbf16ps reads them)
 //   i8:  [K][64]         plus scales[n_panels * 64] (f32, zero-padded)
+// f32 with strip_kc > 0 (PackLayout::kStrips): each panel is K blocks of strip_kc rows
+// (the last one shorter), each block four 16-column strips [kc][16] one after another —
+// what the AVX2 strip kernel reads (32 KiB L1D: a 16 KiB strip stays in L1 for all the
+// row slices), same bytes per panel.
 // Panels are contiguous, so a thread streaming a range of panels reads one sequential run.
 struct PackedMatrix {
   DType dtype = DType::kF32;
   int64_t n = 0, k = 0;
   int64_t k_padded = 0;      // K, rounded up to 32 for bf16 (whole AMX k-steps)
   int64_t panel_bytes = 0;   // bytes of one panel (k_padded * 64 * elem)
+  int64_t strip_kc = 0;      // f32 only: > 0 for the strip layout, 0 for [K][64]
   const void* data = nullptr;
   const float* scales = nullptr;  // i8 only
 
@@ -66,10 +71,16 @@ class PackedWeights {
   size_t bytes_ = 0;
 };
 
+// kAuto: kStrips for f32 weights when the gemm implementation selected on this CPU runs
+// 16-column strip kernels (AVX2), kPanels otherwise. Any implementation reads either
+// (one that does not run strips rebuilds each K block as a panel first, a copy per block).
+enum class PackLayout : uint8_t { kAuto, kPanels, kStrips };
+
 struct PackWeightsParams {
   TensorView w;        // [N, K] or [E, N, K] (or [K, N] / [E, K, N] with kn); f32 | bf16 | i8
   TensorView scales;   // i8 only: [N] or [E, N] f32 per-output-channel scales; else empty
   bool kn = false;     // w is laid out [K, N]
+  PackLayout layout = PackLayout::kAuto;  // kStrips: f32 only
 };
 // Allocates (64-byte aligned, once) and packs. Runs multi-threaded.
 Status pack_weights(const PackWeightsParams& p, PackedWeights* out);

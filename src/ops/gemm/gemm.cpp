@@ -90,10 +90,14 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   // strips, a strip of kc x 16 f32 (16 KiB at 256) in a 32 KiB one (f32 2048^3 on Zen 3,
   // alternating in one process: strips at kc = 128 / 192 / 256 / 384 within 2% of each
   // other, 256 the most consistent).
-  int64_t kc = bt == DType::kF32 && !strips ? 128 : 256;
+  int64_t kc = bt == DType::kF32 && !strips ? 128 : kStripKc;
   // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
   // B must be packed on the fly (the buffer would grow with K).
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
+  // Strip-layout weights come in K blocks of their own (a kernel without strips rebuilds
+  // each as a panel block in bbuf, so it takes the same blocks).
+  const int64_t strip_kc = p.packed_b ? p.packed_b->strip_kc : 0;
+  if (strip_kc > 0) kc = strip_kc;
   pl.kc = kc;
   pl.k32 = (pl.K + kAmxK - 1) / kAmxK * kAmxK;
   // Packed A row stride for AMX: 64 bytes more than k32 so the 16 rows of an A tile do
@@ -148,7 +152,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   pl.up_off = off + acc_bytes;
   off = align_up(off + acc_bytes * (pl.swiglu ? 2 : 1));
   pl.bbuf_off = off;
-  if (!p.packed_b) {
+  if (strip_kc > 0) {  // strips_to_panel
+    off = align_up(off + size_t(std::clamp<int64_t>(pl.K, 1, kc)) * kNR * sizeof(float));
+  } else if (!p.packed_b) {
     const int64_t rows = amx ? pl.k32 : pl.kc + 1;  // AMX packs whole panels
     size_t bytes = size_t(rows) * kNR * dtype_size(bt);
     if (!amx && strips && strip_rows(bt, pl.M)) bytes = std::max(bytes, size_t(pl.kc) * kNR * sizeof(float));  // pack_strips
@@ -186,9 +192,11 @@ bool amx_eligible(const GemmParams& p) {
 // each panel once anyway; very large B would make the workspace huge.
 constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
+// f32 is viewed in the strip layout: the workspace is sized for it whatever the kernels
+// (run_blocked_s packs panels where they do not run strips).
 bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
   if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx, false).n_ic < 2) return false;
-  *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1]);
+  *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1], p.b.dtype == DType::kF32 ? kStripKc : 0);
   return m->n_panels() * m->panel_bytes <= kPackOnceMaxBytes;
 }
 
@@ -325,11 +333,8 @@ void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_e
   }
 }
 
-// b_strips: p.packed_b was packed per call with each K block of pl.kc rows as four
-// [kc][16] f32 strips (KernelTable::pack_strips), which every row count runs through
-// f32_strip with no widen_b copy.
-void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp, bool b_strips,
-                uint8_t* ws, const ThreadRange& r) {
+void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool use_dp, uint8_t* ws,
+                const ThreadRange& r) {
   float* acc = reinterpret_cast<float*>(ws + pl.acc_off);
   float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
   void* bbuf = ws + pl.bbuf_off;
@@ -340,6 +345,11 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const size_t besize = dtype_size(bt);
   const KernelF32A kern = bt == DType::kF32 ? kt.f32b : bt == DType::kBF16 ? kt.bf16b : kt.i8b;
   const int64_t K = pl.K, lda = p.a.strides[0], ldc = p.c.strides[0];
+  // Packed B in the strip layout (pl.kc = its K block): kernels with f32_strip read the
+  // strips in place for every row count (no widen_b copy); others rebuild each block as a
+  // panel block.
+  const bool strip_layout = p.packed_b && p.packed_b->strip_kc > 0;
+  const bool b_strips = strip_layout && kt.f32_strip;
   // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
   auto strips = [&](int mrows) { return b_strips || (kt.widen_b && !use_dp && strip_rows(bt, mrows)); };
@@ -371,7 +381,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // Single-row decode on packed weights: four panels per call, four DRAM streams (with
     // SwiGLU: gate j, j+1 and up j, j+1, so two outputs per call).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
-    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp && !b_strips;  // gemv4 reads 64-column panels
+    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp && !strip_layout;  // gemv4 reads [K][64] panels
     auto run_gemv4 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
       for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
@@ -407,15 +417,20 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
         const int64_t kcur = std::min(pl.kc, K - kb);
         const void* bp = bbuf;
-        // The block's four [kcur][16] f32 strips when they already exist: packed per call
-        // into them (b_strips), or, for an unpacked B that runs in strips, packed straight
-        // into them here (KernelTable::pack_strips; the calls that do not pack B once: a
-        // single row chunk, or B past kPackOnceMaxBytes) instead of through pack_panel and a
-        // widen_b copy per strip. Null: each strip is widened from the panel into wbuf.
+        // The block's four [kcur][16] f32 strips when they already exist: packed that way
+        // (b_strips), or, for an unpacked B that runs in strips, packed straight into them
+        // here (KernelTable::pack_strips; the calls that do not pack B once: a single row
+        // chunk, or B past kPackOnceMaxBytes) instead of through pack_panel and a widen_b
+        // copy per strip. Null: each strip is widened from the panel into wbuf.
         const float* ready = nullptr;
         if (p.packed_b) {
           bp = p.packed_b->panel(jb) + size_t(kb) * kNR * besize;
-          if (b_strips) ready = static_cast<const float*>(bp);
+          if (b_strips) {
+            ready = static_cast<const float*>(bp);
+          } else if (strip_layout) {
+            strips_to_panel(static_cast<const float*>(bp), kcur, static_cast<float*>(bbuf));
+            bp = bbuf;
+          }
         } else if (strips(mrows) && kt.pack_strips && kt.pack_strips(p.b, p.b_kn, jb, kb, kcur, static_cast<float*>(bbuf))) {
           ready = static_cast<const float*>(bbuf);
         } else {
@@ -595,7 +610,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 }
 
 template <const KernelTable& (*Table)()>
-Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
+Status run_blocked(const GemmParams& p, Workspace ws) {
   const KernelTable& kt = Table();
   const bool use_amx = kt.amx_block && amx_eligible(p);
   PackedMatrix m;
@@ -607,12 +622,13 @@ Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
     q.b = {};
     q.packed_b = &m;
     // f32 B for the strip kernels is packed straight into their strips, a K block at a
-    // time (same bytes per panel): the per-strip widen_b copy (6.6% of f32 2048^3 on one
+    // time (PackLayout::kStrips): the per-strip widen_b copy (6.6% of f32 2048^3 on one
     // thread) goes, and 8 x 8 transposes replace pack_panel's element loop (5.6%). Two
     // builds alternating in one process: 2048^3 one thread +8 / +14%, two threads +5 /
     // +9%; 1024^3 one thread +12%, 512^3 two threads +8%.
-    const int64_t kc = make_plan(q, false, true).kc;
-    const bool strips = !use_amx && kt.pack_strips && p.b.dtype == DType::kF32 && p.b.strides[1] == 1;  // pack_strips takes it
+    const int64_t kc = m.strip_kc;
+    const bool strips = kc > 0 && !use_amx && kt.f32_strip && kt.pack_strips && p.b.strides[1] == 1;  // pack_strips takes it
+    if (!strips) m.strip_kc = 0;
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (np > 1)
     for (int64_t j = 0; j < np; ++j) {
       uint8_t* panel = base + j * m.panel_bytes;
@@ -624,7 +640,7 @@ Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
         kt.pack_strips(p.b, p.b_kn, j, kb, std::min(kc, m.k - kb), reinterpret_cast<float*>(panel) + kb * kNR);
     }
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
-    return run_blocked_s<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used}, strips);
+    return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
   const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
@@ -639,7 +655,7 @@ Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
   auto body = [&](int t) {
     uint8_t* w = base + size_t(t) * pl.per_thread;
     if (use_amx) run_thread_amx(pl, p, kt, w, range_for(pl, t, shared));
-    else run_thread(pl, p, kt, use_dp, b_strips, w, range_for(pl, t, shared));
+    else run_thread(pl, p, kt, use_dp, w, range_for(pl, t, shared));
   };
   if (pl.threads == 1) {
     body(0);
@@ -648,11 +664,6 @@ Status run_blocked_s(const GemmParams& p, Workspace ws, bool b_strips) {
 #pragma omp parallel num_threads(pl.threads)
   body(omp_get_thread_num());
   return Status::Ok();
-}
-
-template <const KernelTable& (*Table)()>
-Status run_blocked(const GemmParams& p, Workspace ws) {
-  return run_blocked_s<Table>(p, ws, false);
 }
 
 std::string selected_name();
@@ -677,6 +688,17 @@ const dispatch::Registry<GemmFn>& make_registry() {
 
 std::string selected_name() { return make_registry().selected_name(); }
 
+// Each implementation's kernel table, to ask the selected one (runnable here) what it runs.
+struct TableOf {
+  GemmFn fn;
+  const KernelTable& (*table)();
+};
+constexpr TableOf kTables[] = {{run_blocked<kernels_amx>, kernels_amx},
+                               {run_blocked<kernels_avx512>, kernels_avx512},
+                               {run_blocked<kernels_avx512_bf16>, kernels_avx512_bf16},
+                               {run_blocked<kernels_avx2>, kernels_avx2},
+                               {run_blocked<kernels_scalar>, kernels_scalar}};
+
 [[maybe_unused]] const bool registered = [] {
   dispatch::register_op(kOp, selected_name);
   return true;
@@ -685,6 +707,14 @@ std::string selected_name() { return make_registry().selected_name(); }
 }  // namespace
 
 const dispatch::Registry<GemmFn>& registry() { return make_registry(); }
+
+int64_t auto_strip_kc() {
+  const dispatch::Impl<GemmFn>* impl = nullptr;
+  if (!registry().select(&impl).ok()) return 0;
+  for (const TableOf& t : kTables)
+    if (t.fn == impl->fn) return t.table().f32_strip ? kStripKc : 0;
+  return 0;  // the reference reads any layout
+}
 
 Status validate(const GemmParams& p, bool need_data) {
   const TensorView& a = p.a;
@@ -709,6 +739,9 @@ Status validate(const GemmParams& p, bool need_data) {
     bt = p.packed_b->dtype;
     N = p.packed_b->n;
     Kb = p.packed_b->k;
+    if (p.packed_b->strip_kc < 0 || (p.packed_b->strip_kc > 0 && bt != DType::kF32))
+      return Error(StatusCode::kInvalidArgument, kOp, ": packed_b->strip_kc=", p.packed_b->strip_kc, " with dtype ",
+                   dtype_name(bt), ": the strip layout is f32 only (0: panels)");
     if (bt == DType::kI8 && !p.packed_b->scales && N > 0)
       return Error(StatusCode::kInvalidArgument, kOp, ": packed_b is i8 but has no scales");
   } else {

@@ -13,8 +13,14 @@ namespace optx::gemm_detail {
 // incomplete pair. k0 is even for bf16. b is [N, K] or, with kn, [K, N].
 void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst);
 // The packed layout of an N x K matrix of dtype (no data): K padded to whole AMX k-steps
-// for bf16 so tile loads never leave a panel.
-PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k);
+// for bf16 so tile loads never leave a panel; strip_kc > 0 (f32): the strip layout.
+PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc = 0);
+// One K block of kc rows of a strip-layout f32 panel (four [kc][16] strips at src) as a
+// [kc][64] panel block at dst: for kernels that do not run strips.
+void strips_to_panel(const float* src, int64_t kc, float* dst);
+// strip_kc for PackLayout::kAuto f32 weights: kStripKc when the gemm implementation
+// selected on this CPU runs strip kernels, else 0.
+int64_t auto_strip_kc();
 // 64 per-column scales of panel j (zero past N).
 void pack_scales(const TensorView& scales, int64_t j, float* dst);
 

@@ -16,6 +16,9 @@ namespace optx::gemm_detail {
 
 inline constexpr int kNR = 64;  // panel width = PackedMatrix::kPanel
 inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 accumulators
+// K block of the strip kernels (KernelTable::f32_strip) and of PackLayout::kStrips: a
+// 16-column f32 strip of 256 rows is 16 KiB, half of a 32 KiB L1D (gemm.cpp, make_plan).
+inline constexpr int64_t kStripKc = 256;
 inline constexpr int kAmxRows = 32;  // rows per AMX block: 2 x 16-row tiles
 inline constexpr int kAmxTileRows = 16;  // a chunk's last block may be one 16-row tile
 inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile row

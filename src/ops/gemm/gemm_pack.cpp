@@ -1,4 +1,6 @@
-// Weight packing: [N, K] (or [K, N]) matrices into 64-column panels (see optx/gemm.h).
+// Weight packing: [N, K] (or [K, N]) matrices into 64-column panels, f32 optionally as
+// 16-column strips per K block (see optx/gemm.h).
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -30,7 +32,31 @@ void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
     }
   }
 }
+
+// Panel j of an f32 B in the strip layout (PackedMatrix::strip_kc): element (k, n) of
+// the panel goes to K block kb = k - k % kc, strip n / 16, row k - kb, column n % 16.
+void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst) {
+  const int64_t N = kn ? b.sizes[1] : b.sizes[0];
+  const int64_t K = kn ? b.sizes[0] : b.sizes[1];
+  const int64_t sn = kn ? b.strides[1] : b.strides[0];
+  const int64_t sk = kn ? b.strides[0] : b.strides[1];
+  const float* src = static_cast<const float*>(b.data);
+  const int64_t n0 = j * kNR;
+  const int64_t ncols = N - n0 < kNR ? N - n0 : kNR;
+  for (int64_t kb = 0; kb < K; kb += kc) {
+    const int64_t kcur = std::min(kc, K - kb);
+    float* block = dst + kb * kNR;
+    for (int64_t kk = 0; kk < kcur; ++kk)
+      for (int64_t n = 0; n < kNR; ++n)
+        block[(n / 16) * kcur * 16 + kk * 16 + n % 16] = n < ncols ? src[(n0 + n) * sn + (kb + kk) * sk] : 0.0f;
+  }
+}
 }  // namespace
+
+void strips_to_panel(const float* src, int64_t kc, float* dst) {
+  for (int s = 0; s < kNR / 16; ++s)
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kNR + 16 * s, src + (s * kc + k) * 16, 16 * sizeof(float));
+}
 
 void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) {
   switch (b.dtype) {
@@ -41,11 +67,12 @@ void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
   }
 }
 
-PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k) {
+PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc) {
   PackedMatrix m;
   m.dtype = dtype;
   m.n = n;
   m.k = k;
+  m.strip_kc = strip_kc;
   m.k_padded = dtype == DType::kBF16 ? (k + kAmxK - 1) / kAmxK * kAmxK : k;
   m.panel_bytes = m.k_padded * kNR * int64_t(dtype_size(dtype));
   return m;
@@ -66,7 +93,12 @@ float PackedMatrix::at(int64_t n_idx, int64_t k_idx) const {
   const int64_t j = n_idx / kPanel, n = n_idx % kPanel;
   const uint8_t* p = panel(j);
   switch (dtype) {
-    case DType::kF32: return reinterpret_cast<const float*>(p)[k_idx * kPanel + n];
+    case DType::kF32:
+      if (strip_kc > 0) {
+        const int64_t kb = k_idx - k_idx % strip_kc, kcur = std::min(strip_kc, k - kb);
+        return reinterpret_cast<const float*>(p)[kb * kPanel + (n / 16) * kcur * 16 + (k_idx - kb) * 16 + n % 16];
+      }
+      return reinterpret_cast<const float*>(p)[k_idx * kPanel + n];
     case DType::kBF16:
       return bf16_to_f32(
           reinterpret_cast<const uint16_t*>(p)[(k_idx / 2) * 2 * kPanel + 2 * n + (k_idx & 1)]);
@@ -122,6 +154,17 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   } else if (!p.scales.empty()) {
     return Error(StatusCode::kInvalidArgument, op, ": scales given but w.dtype=", dtype_name(w.dtype), " (only i8 weights take scales)");
   }
+  int64_t strip_kc = 0;
+  switch (p.layout) {
+    case PackLayout::kAuto: strip_kc = w.dtype == DType::kF32 ? gemm_detail::auto_strip_kc() : 0; break;
+    case PackLayout::kPanels: break;
+    case PackLayout::kStrips:
+      if (w.dtype != DType::kF32)
+        return Error(StatusCode::kInvalidArgument, op, ": layout=strips needs f32 weights, got w.dtype=", dtype_name(w.dtype));
+      strip_kc = gemm_detail::kStripKc;
+      break;
+    default: return Error(StatusCode::kInvalidArgument, op, ": layout=", int(p.layout), " is not a known PackLayout");
+  }
 
   const size_t esize = dtype_size(w.dtype);
   // The packed size pads N to panels and K to AMX steps: bounded like a view, so the byte
@@ -131,7 +174,7 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
       padded > kMaxViewElements / std::max<int64_t>(E, 1))
     return Error(StatusCode::kInvalidArgument, op, ": packed [E=", E, ", N=", N, ", K=", K, "] would exceed 2^", kMaxViewLog2,
                  " elements");
-  const PackedMatrix layout = gemm_detail::packed_layout(w.dtype, N, K);
+  const PackedMatrix layout = gemm_detail::packed_layout(w.dtype, N, K, strip_kc);
   const int64_t n_panels = layout.n_panels(), k_padded = layout.k_padded, panel_bytes = layout.panel_bytes;
   const size_t mat_bytes = size_t(n_panels * panel_bytes);
   const size_t scale_bytes = is_i8 ? size_t(n_panels * gemm_detail::kNR) * sizeof(float) : 0;
@@ -169,7 +212,9 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
       m.strides[1] = w.strides[2];
     }
     PackedMatrix& pm = result.mats_[e];
-    gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, const_cast<uint8_t*>(pm.panel(j)));
+    uint8_t* dst = const_cast<uint8_t*>(pm.panel(j));
+    if (strip_kc > 0) gemm_detail::pack_strip_panel(m, p.kn, j, strip_kc, reinterpret_cast<float*>(dst));
+    else gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, dst);
     if (is_i8) {
       TensorView s = p.scales;
       if (s.rank == 2) {

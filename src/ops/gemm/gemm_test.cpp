@@ -43,6 +43,8 @@ std::vector<Case> edge_cases() {
           c.beta = h % 4 == 1 ? 0.5f : 0.0f;
           c.alpha = h % 6 == 1 ? -1.5f : 1.0f;
           c.bias = h % 3 == 1 ? Bias::kF32 : (h % 5 == 2 ? Bias::kBF16 : Bias::kNone);
+          // f32 weights in both packed layouts (and whichever kAuto picks) on every kernel.
+          if (c.b == DType::kF32) c.layout = PackLayout(h % 3);
           cs.push_back(c);
         }
   // Sizes at and around tile edges, the 1023 cases from the spec, and a K of two AMX K
@@ -58,9 +60,29 @@ std::vector<Case> edge_cases() {
       c.bias = Bias::kF32;
       c.lda_pad = 1;
       c.packed = (M + K) % 2 == 0;
+      if (c.b == DType::kF32) c.layout = PackLayout((M + N) % 3);
       cs.push_back(c);
     }
   }
+  // f32 weights packed as strips (K blocks of kStripKc, the last one short): decode rows
+  // (no gemv4 on strips), one slice, a slice plus a remainder, several row chunks; K
+  // below, at and past a block; N tails; beta and bias (the epilogue), identity C, and
+  // panels for comparison.
+  for (auto [M, N, K] : {std::tuple{1, 200, 600}, {3, 64, 256}, {6, 70, 257}, {7, 130, 40}, {13, 65, 513},
+                         {200, 100, 300}})
+    for (PackLayout layout : {PackLayout::kStrips, PackLayout::kPanels})
+      for (bool identity : {false, true}) {
+        Case c;
+        c.M = M, c.N = N, c.K = K;
+        c.layout = layout;
+        c.c = identity || M % 2 ? DType::kF32 : DType::kBF16;
+        if (!identity) {
+          c.beta = 0.5f;
+          c.bias = Bias::kF32;
+          c.ldc_pad = 2;
+        }
+        cs.push_back(c);
+      }
   // Unpacked B in row slices that share K blocks (strips): packed straight into f32 strips
   // from [N, K] (8 x 8 transposes, K and N tails) and [K, N] (row copies) f32 and bf16.
   for (auto [M, N, K] : {std::tuple{24, 128, 40}, {13, 100, 300}, {30, 64, 9}})
@@ -97,6 +119,11 @@ std::vector<Case> edge_cases() {
       c.lda_pad = M % 2;
       c.ldc_pad = M % 3 ? 5 : 0;
       cs.push_back(c);
+      if (c.b == DType::kF32) {
+        c.layout = PackLayout::kStrips;
+        c.K = K + int64_t(kStripKc);  // two K blocks
+        cs.push_back(c);
+      }
     }
   }
   return cs;
@@ -164,24 +191,32 @@ TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
   std::vector<uint16_t> a(M * K), b(N * K);
   testing::fill_bf16(a.data(), M * K, rng);
   testing::fill_bf16(b.data(), N * K, rng);
-  PackedWeights pw;
-  ASSERT_TRUE(pack_weights({.w = make_view(b.data(), DType::kBF16, {N, K})}, &pw).ok());
-  auto run = [&](int threads) {
-    set_num_threads(threads);
-    std::vector<float> c(M * N);
-    GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}),
-                 .packed_b = &pw[0],
-                 .c = make_view(c.data(), DType::kF32, {M, N})};
-    std::vector<uint8_t> ws(gemm_workspace_size(p));
-    EXPECT_TRUE(gemm(p, {ws.data(), ws.size()}).ok());
-    return c;
-  };
-  const auto c1 = run(1), c2 = run(2), c2b = run(2), c3 = run(3), c3b = run(3);
-  set_num_threads(0);
-  EXPECT_EQ(c3, c3b);
-  EXPECT_EQ(c2, c2b);
-  EXPECT_EQ(c1, c2);
-  EXPECT_EQ(c1, c3);
+  std::vector<float> af(M * K), bf(N * K);
+  for (int64_t i = 0; i < M * K; ++i) af[i] = bf16_to_f32(a[i]);
+  for (int64_t i = 0; i < N * K; ++i) bf[i] = bf16_to_f32(b[i]);
+  // bf16 weights, and f32 weights in the strip layout (two K blocks).
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    PackedWeights pw;
+    const void* w = dt == DType::kBF16 ? static_cast<const void*>(b.data()) : bf.data();
+    const PackLayout layout = dt == DType::kF32 ? PackLayout::kStrips : PackLayout::kAuto;
+    ASSERT_TRUE(pack_weights({.w = make_view(const_cast<void*>(w), dt, {N, K}), .layout = layout}, &pw).ok());
+    auto run = [&](int threads) {
+      set_num_threads(threads);
+      std::vector<float> c(M * N);
+      GemmParams p{.a = dt == DType::kBF16 ? make_view(a.data(), dt, {M, K}) : make_view(af.data(), dt, {M, K}),
+                   .packed_b = &pw[0],
+                   .c = make_view(c.data(), DType::kF32, {M, N})};
+      std::vector<uint8_t> ws(gemm_workspace_size(p));
+      EXPECT_TRUE(gemm(p, {ws.data(), ws.size()}).ok());
+      return c;
+    };
+    const auto c1 = run(1), c2 = run(2), c2b = run(2), c3 = run(3), c3b = run(3);
+    set_num_threads(0);
+    EXPECT_EQ(c3, c3b) << dtype_name(dt);
+    EXPECT_EQ(c2, c2b) << dtype_name(dt);
+    EXPECT_EQ(c1, c2) << dtype_name(dt);
+    EXPECT_EQ(c1, c3) << dtype_name(dt);
+  }
 }
 
 // Grouped GEMM sizes one workspace for all its groups from the largest M, which is only
@@ -213,6 +248,38 @@ TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
         }
       }
   set_num_threads(0);
+}
+
+// The strip layout holds the same matrix: element (n, k) read back through at() in both
+// layouts, and the raw bytes where the layout puts them (K block, strip, row, column).
+TEST(Gemm, StripLayoutPacksTheSameMatrix) {
+  const int64_t N = 70, K = int64_t(kStripKc) + 45;
+  testing::Rng rng(5);
+  std::vector<float> w(N * K);
+  testing::fill_f32(w.data(), N * K, rng);
+  PackedWeights strips, panels, automatic;
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kF32, {N, K}), .layout = PackLayout::kStrips}, &strips).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kF32, {N, K}), .layout = PackLayout::kPanels}, &panels).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kF32, {N, K})}, &automatic).ok());
+  EXPECT_EQ(strips[0].strip_kc, kStripKc);
+  EXPECT_EQ(panels[0].strip_kc, 0);
+  EXPECT_EQ(strips[0].panel_bytes, panels[0].panel_bytes);
+  // kAuto: strips exactly when the selected implementation runs strip kernels (AVX2).
+  EXPECT_EQ(automatic[0].strip_kc, selected_impl("gemm") == "avx2" ? kStripKc : 0) << selected_impl("gemm");
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      ASSERT_EQ(strips[0].at(n, k), w[n * K + k]) << n << " " << k;
+      ASSERT_EQ(panels[0].at(n, k), w[n * K + k]) << n << " " << k;
+    }
+  // Panel 1, second (short) K block, strip 0, row 3, column 5: weight row 64 + 5.
+  const int64_t kcur = K - kStripKc;
+  const float* p1 = reinterpret_cast<const float*>(strips[0].panel(1));
+  EXPECT_EQ(p1[kStripKc * 64 + 0 * kcur * 16 + 3 * 16 + 5], w[69 * K + kStripKc + 3]);
+  EXPECT_EQ(p1[kStripKc * 64 + 0 * kcur * 16 + 3 * 16 + 6], 0.0f);  // past N
+  // Other dtypes have no strip layout.
+  std::vector<uint16_t> b(N * K);
+  const Status st = pack_weights({.w = make_view(b.data(), DType::kBF16, {N, K}), .layout = PackLayout::kStrips}, &panels);
+  EXPECT_EQ(st.message(), "pack_weights: layout=strips needs f32 weights, got w.dtype=bf16");
 }
 
 TEST(Gemm, PackedGroupOfMatrices) {
@@ -315,6 +382,19 @@ TEST_F(BadInput, BothBAndPacked) {
   auto p = good();
   p.packed_b = &pw[0];
   expect_error(p, "both b and packed_b");
+}
+TEST_F(BadInput, StripLayoutOnlyForF32) {
+  std::vector<uint16_t> w(5 * 8);
+  PackedWeights pw;
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kBF16, {5, 8})}, &pw).ok());
+  PackedMatrix m = pw[0];
+  m.strip_kc = 256;
+  auto p = good();
+  p.b = {};
+  p.packed_b = &m;
+  expect_error(p, "packed_b->strip_kc=256 with dtype bf16");
+  m.strip_kc = -1;
+  expect_error(p, "packed_b->strip_kc=-1");
 }
 TEST_F(BadInput, PackWeightsArguments) {
   PackedWeights pw;

@@ -27,13 +27,15 @@ struct Case {
   float alpha = 1.0f, beta = 0.0f;
   Bias bias = Bias::kNone;
   bool swiglu = false;  // B is [gate; up] (N = 2I), C [M, I] = silu(A gate^T) * (A up^T)
+  PackLayout layout = PackLayout::kAuto;  // packed B only
 
   std::string name() const {
     std::ostringstream os;
     os << "a=" << dtype_name(a) << " b=" << dtype_name(b) << " c=" << dtype_name(c) << " M=" << M << " N=" << N
        << " K=" << K << " packed=" << packed << " kn=" << b_kn << " lda_pad=" << lda_pad << " ldc_pad=" << ldc_pad
        << " alpha=" << alpha << " beta=" << beta << " bias="
-       << (bias == Bias::kNone ? "none" : bias == Bias::kF32 ? "f32" : "bf16") << (swiglu ? " act=swiglu" : "");
+       << (bias == Bias::kNone ? "none" : bias == Bias::kF32 ? "f32" : "bf16") << (swiglu ? " act=swiglu" : "")
+       << (layout == PackLayout::kPanels ? " layout=panels" : layout == PackLayout::kStrips ? " layout=strips" : "");
     return os.str();
   }
 };
@@ -121,7 +123,7 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
   TensorView sview = i8 ? make_view(S.f32.data(), DType::kF32, {N}) : TensorView{};
   PackedWeights packed;
   if (cs.packed) {
-    Status st = pack_weights({.w = bview, .scales = sview, .kn = cs.b_kn}, &packed);
+    Status st = pack_weights({.w = bview, .scales = sview, .kn = cs.b_kn, .layout = cs.layout}, &packed);
     if (!st.ok()) return {st, {}};
     p.packed_b = &packed[0];
   } else {
