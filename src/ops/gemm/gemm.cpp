@@ -193,7 +193,7 @@ bool amx_eligible(const GemmParams& p) {
 constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
 // f32 is viewed in the strip layout: the workspace is sized for it whatever the kernels
-// (run_blocked_s packs panels where they do not run strips).
+// (run_blocked packs panels where they do not run strips).
 bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
   if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx, false).n_ic < 2) return false;
   *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1], p.b.dtype == DType::kF32 ? kStripKc : 0);
