@@ -12,43 +12,42 @@ namespace optx {
 namespace gemm_detail {
 
 namespace {
+// Column panel j of B ([N, K], or [K, N] with kn) as seen by a packer: value(n, k) is
+// element (n0 + n, k) of the weights, zero past N and past K.
+template <class T>
+struct PanelSource {
+  const T* src;
+  int64_t K, sn, sk, n0, ncols;
+  PanelSource(const TensorView& b, bool kn, int64_t j)
+      : src(static_cast<const T*>(b.data)), K(kn ? b.sizes[0] : b.sizes[1]), sn(kn ? b.strides[1] : b.strides[0]),
+        sk(kn ? b.strides[0] : b.strides[1]), n0(j * kNR) {
+    const int64_t N = kn ? b.sizes[1] : b.sizes[0];
+    ncols = N - n0 < kNR ? N - n0 : kNR;
+  }
+  T value(int64_t n, int64_t k) const { return n < ncols && k < K ? src[(n0 + n) * sn + k * sk] : T(0); }
+};
+
 template <class T>
 void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, T* dst) {
-  const int64_t N = kn ? b.sizes[1] : b.sizes[0];
-  const int64_t K = kn ? b.sizes[0] : b.sizes[1];
-  const int64_t sn = kn ? b.strides[1] : b.strides[0];
-  const int64_t sk = kn ? b.strides[0] : b.strides[1];
-  const T* src = static_cast<const T*>(b.data);
-  const int64_t n0 = j * kNR;
-  const int64_t ncols = N - n0 < kNR ? N - n0 : kNR;
+  const PanelSource<T> in(b, kn, j);
   const bool pairs = sizeof(T) == 2;  // bf16: [k/2][64][2]
   const int64_t krows = pairs ? (kc + 1) / 2 * 2 : kc;
-  for (int64_t kk = 0; kk < krows; ++kk) {
-    const int64_t k = k0 + kk;
+  for (int64_t kk = 0; kk < krows; ++kk)
     for (int64_t n = 0; n < kNR; ++n) {
-      const T v = (n < ncols && k < K) ? src[(n0 + n) * sn + k * sk] : T(0);
       const int64_t idx = pairs ? (kk / 2) * 2 * kNR + 2 * n + (kk & 1) : kk * kNR + n;
-      dst[idx] = v;
+      dst[idx] = in.value(n, k0 + kk);
     }
-  }
 }
 
 // Panel j of an f32 B in the strip layout (PackedMatrix::strip_kc): element (k, n) of
 // the panel goes to K block kb = k - k % kc, strip n / 16, row k - kb, column n % 16.
 void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst) {
-  const int64_t N = kn ? b.sizes[1] : b.sizes[0];
-  const int64_t K = kn ? b.sizes[0] : b.sizes[1];
-  const int64_t sn = kn ? b.strides[1] : b.strides[0];
-  const int64_t sk = kn ? b.strides[0] : b.strides[1];
-  const float* src = static_cast<const float*>(b.data);
-  const int64_t n0 = j * kNR;
-  const int64_t ncols = N - n0 < kNR ? N - n0 : kNR;
-  for (int64_t kb = 0; kb < K; kb += kc) {
-    const int64_t kcur = std::min(kc, K - kb);
+  const PanelSource<float> in(b, kn, j);
+  for (int64_t kb = 0; kb < in.K; kb += kc) {
+    const int64_t kcur = std::min(kc, in.K - kb);
     float* block = dst + kb * kNR;
     for (int64_t kk = 0; kk < kcur; ++kk)
-      for (int64_t n = 0; n < kNR; ++n)
-        block[(n / 16) * kcur * 16 + kk * 16 + n % 16] = n < ncols ? src[(n0 + n) * sn + (kb + kk) * sk] : 0.0f;
+      for (int64_t n = 0; n < kNR; ++n) block[(n / 16) * kcur * 16 + kk * 16 + n % 16] = in.value(n, kb + kk);
   }
 }
 }  // namespace
