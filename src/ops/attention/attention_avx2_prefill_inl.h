@@ -94,7 +94,7 @@ struct GemmPrefill {
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
       const uint16_t* src = static_cast<const uint16_t*>(vp[jj]);
-      for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + (c / kStrip) * kNR * kStrip + jj * kStrip + c % kStrip, simd_type::load(src + c));
+      for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + gemm_detail::strip_index(kNR, jj, c), simd_type::load(src + c));
     }
   }
 
@@ -158,7 +158,7 @@ struct GemmPrefill {
   }
 
  private:
-  float* kt_at(int64_t d, int64_t j) const { return kt + (j / kStrip) * D * kStrip + d * kStrip + j % kStrip; }
+  float* kt_at(int64_t d, int64_t j) const { return kt + gemm_detail::strip_index(D, d, j); }
   const void* const* pf_k = nullptr;
   const void* const* pf_v = nullptr;
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;

@@ -19,6 +19,9 @@ inline constexpr int kMR = 6;   // rows per microkernel call: 6 x 4 zmm = 24 acc
 // K block of the strip kernels (KernelTable::f32_strip) and of PackLayout::kStrips: a
 // 16-column f32 strip of 256 rows is 16 KiB, half of a 32 KiB L1D (gemm.cpp, make_plan).
 inline constexpr int64_t kStripKc = 256;
+// The strip layout of one K block of kc rows x 64 columns: four 16-column strips [kc][16]
+// one after another (what f32_strip reads as b, strip s at s * kc * 16). Element (k, n).
+constexpr int64_t strip_index(int64_t kc, int64_t k, int64_t n) { return (n / 16) * kc * 16 + k * 16 + n % 16; }
 inline constexpr int kAmxRows = 32;  // rows per AMX block: 2 x 16-row tiles
 inline constexpr int kAmxTileRows = 16;  // a chunk's last block may be one 16-row tile
 inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile row
@@ -116,6 +119,21 @@ struct KernelTable {
   // what pack_panel and widen_b produce together, in one pass. Other dtypes or strides:
   // returns false and writes nothing.
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
+};
+
+// Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is
+// element (n0 + n, k) of the weights, zero past N and past K.
+template <class T>
+struct PanelSource {
+  const T* src;
+  int64_t K, sn, sk, n0, ncols;
+  PanelSource(const TensorView& b, bool kn, int64_t j)
+      : src(static_cast<const T*>(b.data)), K(kn ? b.sizes[0] : b.sizes[1]), sn(kn ? b.strides[1] : b.strides[0]),
+        sk(kn ? b.strides[0] : b.strides[1]), n0(j * kNR) {
+    const int64_t N = kn ? b.sizes[1] : b.sizes[0];
+    ncols = N - n0 < kNR ? N - n0 : kNR;
+  }
+  T value(int64_t n, int64_t k) const { return n < ncols && k < K ? src[(n0 + n) * sn + k * sk] : T(0); }
 };
 
 const KernelTable& kernels_scalar();

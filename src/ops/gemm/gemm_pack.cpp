@@ -12,21 +12,6 @@ namespace optx {
 namespace gemm_detail {
 
 namespace {
-// Column panel j of B ([N, K], or [K, N] with kn) as seen by a packer: value(n, k) is
-// element (n0 + n, k) of the weights, zero past N and past K.
-template <class T>
-struct PanelSource {
-  const T* src;
-  int64_t K, sn, sk, n0, ncols;
-  PanelSource(const TensorView& b, bool kn, int64_t j)
-      : src(static_cast<const T*>(b.data)), K(kn ? b.sizes[0] : b.sizes[1]), sn(kn ? b.strides[1] : b.strides[0]),
-        sk(kn ? b.strides[0] : b.strides[1]), n0(j * kNR) {
-    const int64_t N = kn ? b.sizes[1] : b.sizes[0];
-    ncols = N - n0 < kNR ? N - n0 : kNR;
-  }
-  T value(int64_t n, int64_t k) const { return n < ncols && k < K ? src[(n0 + n) * sn + k * sk] : T(0); }
-};
-
 template <class T>
 void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, T* dst) {
   const PanelSource<T> in(b, kn, j);
@@ -40,21 +25,21 @@ void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
 }
 
 // Panel j of an f32 B in the strip layout (PackedMatrix::strip_kc): element (k, n) of
-// the panel goes to K block kb = k - k % kc, strip n / 16, row k - kb, column n % 16.
+// the panel goes to K block kb = k - k % kc at strip_index(kcur, k - kb, n).
 void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst) {
   const PanelSource<float> in(b, kn, j);
   for (int64_t kb = 0; kb < in.K; kb += kc) {
     const int64_t kcur = std::min(kc, in.K - kb);
     float* block = dst + kb * kNR;
     for (int64_t kk = 0; kk < kcur; ++kk)
-      for (int64_t n = 0; n < kNR; ++n) block[(n / 16) * kcur * 16 + kk * 16 + n % 16] = in.value(n, kb + kk);
+      for (int64_t n = 0; n < kNR; ++n) block[strip_index(kcur, kk, n)] = in.value(n, kb + kk);
   }
 }
 }  // namespace
 
 void strips_to_panel(const float* src, int64_t kc, float* dst) {
   for (int s = 0; s < kNR / 16; ++s)
-    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kNR + 16 * s, src + (s * kc + k) * 16, 16 * sizeof(float));
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kNR + 16 * s, src + strip_index(kc, k, 16 * s), 16 * sizeof(float));
 }
 
 void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) {
@@ -95,7 +80,7 @@ float PackedMatrix::at(int64_t n_idx, int64_t k_idx) const {
     case DType::kF32:
       if (strip_kc > 0) {
         const int64_t kb = k_idx - k_idx % strip_kc, kcur = std::min(strip_kc, k - kb);
-        return reinterpret_cast<const float*>(p)[kb * kPanel + (n / 16) * kcur * 16 + (k_idx - kb) * 16 + n % 16];
+        return reinterpret_cast<const float*>(p)[kb * kPanel + gemm_detail::strip_index(kcur, k_idx - kb, n)];
       }
       return reinterpret_cast<const float*>(p)[k_idx * kPanel + n];
     case DType::kBF16:
