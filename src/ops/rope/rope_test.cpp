@@ -243,7 +243,7 @@ TEST(RopeDispatch, SelectedRespectsMaxIsa) {
   const auto* impl = registry().find(selected_impl("rope"));
   ASSERT_NE(impl, nullptr);
   EXPECT_LE(int(impl->isa), int(active_isa()));
-  EXPECT_EQ(registry().runnable().front(), impl);
+  if (dispatch::forced_impl("rope").empty()) EXPECT_EQ(registry().runnable().front(), impl);  // else OPTX_IMPL's
   Case c;
   c.T = 3, c.style = RopeStyle::kInterleaved, c.dtype = DType::kBF16;
   EXPECT_TRUE(testutil::run_case(*impl, c).cmp.pass);
