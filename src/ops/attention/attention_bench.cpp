@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/basic_ops.h"
 #include "bench/bench.h"
 #include "numerics/quant_i8.h"
 #include "ops/attention/attention_internal.h"
@@ -67,16 +68,12 @@ void bench_flash(bench::Context& ctx, int64_t S) {
       c.c.data = out.as<uint16_t>() + h * D;
       bench::check(gemm(a, {gws.data(), gws.size()}));
 #pragma omp parallel for num_threads(th) schedule(dynamic, 16)
-      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i
+      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i, then bf16
         float* s = scores.as<float>() + i * S;
         uint16_t* pr = probs.as<uint16_t>() + i * S;
-        float m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) m = std::max(m, s[j]);
-        float l = 0;
-        for (int64_t j = 0; j <= i; ++j) l += (s[j] = std::exp(s[j] - m));
-        const float inv = 1.0f / l;
-        for (int64_t j = 0; j <= i; ++j) pr[j] = f32_to_bf16(s[j] * inv);
-        for (int64_t j = i + 1; j < S; ++j) pr[j] = 0;
+        bench::basic::softmax_f32(s, s, i + 1);
+        bench::basic::f32_to_bf16_op(s, pr, i + 1);
+        std::fill(pr + i + 1, pr + S, uint16_t(0));
       }
       bench::check(gemm(c, {gws.data(), gws.size()}));
     }

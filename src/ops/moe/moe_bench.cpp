@@ -180,14 +180,7 @@ void bench_gating(bench::Context& ctx) {
   const int th = ctx.threads;
   auto basic_fn = [&] {
 #pragma omp parallel for num_threads(th) schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* l = logits.data() + t * E;
-      float* pr = probs.data() + t * E;
-      float m = l[0], sum = 0;
-      for (int64_t e = 1; e < E; ++e) m = std::max(m, l[e]);
-      for (int64_t e = 0; e < E; ++e) sum += (pr[e] = std::exp(l[e] - m));
-      for (int64_t e = 0; e < E; ++e) pr[e] /= sum;
-    }
+    for (int64_t t = 0; t < T; ++t) bench::basic::softmax_f32(logits.data() + t * E, probs.data() + t * E, E);
 #pragma omp parallel for num_threads(th) schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       int32_t order[kE];
