@@ -1,6 +1,6 @@
-// Prefill on AVX2 units (bf16, K / V reused by other jobs): a job's scores and P·V as calls
-// of the GEMM family's f32 strip microkernel (6 rows x 16 columns, gemm_avx2.cpp),
-// included by attention_kernels_inl.h next to the bf16 tiles.
+// Prefill on AVX2 units (bf16 or f32, K / V reused by other jobs): a job's scores and P·V
+// as calls of the GEMM family's f32 strip microkernel (6 rows x 16 columns, gemm_avx2.cpp),
+// included by attention_kernels_inl.h next to the bf16 tiles. E: the K / V element type.
 //
 // Why: the tiles (attention_avx2_bf16_inl.h) widen each K / V chunk once per 4 rows and
 // end every 8 scores in a horizontal-add tree. The GEMM kernel broadcasts one A value per
@@ -38,6 +38,7 @@ using gemm_detail::kMR;
 using gemm_detail::kNR;
 static_assert(kKvBlock == kNR, "a KV block is one panel of the GEMM kernel");
 
+template <class E>
 struct GemmPrefill {
   int R = 0;
   int64_t D = 0, Dv = 0, planes = 0, slices = 0;
@@ -69,14 +70,14 @@ struct GemmPrefill {
     }
   }
 
-  // K^T of keys kp[0, n) (bf16 rows of D values, D a multiple of 16): 8 keys x 8 values
-  // at a time, widened and transposed in registers; keys n .. 64 zero. Key j, value d at
-  // kt_at(d, j).
+  // K^T of keys kp[0, n) (rows of D values, D a multiple of 16): 8 keys x 8 values at a
+  // time, loaded as f32 (bf16 widened) and transposed in registers; keys n .. 64 zero.
+  // Key j, value d at kt_at(d, j).
   void load_k(const void* const* kp, int64_t n) {
     int64_t j0 = 0;
     for (; j0 + 8 <= n; j0 += 8) {
-      const uint16_t* k[8];
-      for (int i = 0; i < 8; ++i) k[i] = static_cast<const uint16_t*>(kp[j0 + i]);
+      const E* k[8];
+      for (int i = 0; i < 8; ++i) k[i] = static_cast<const E*>(kp[j0 + i]);
       for (int64_t d = 0; d < D; d += 8) {
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = simd_type::load(k[i] + d);
@@ -85,15 +86,15 @@ struct GemmPrefill {
       }
     }
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t jj = j0; jj < n; ++jj) *kt_at(d, jj) = bf16_to_f32(static_cast<const uint16_t*>(kp[jj])[d]);
+      for (int64_t jj = j0; jj < n; ++jj) *kt_at(d, jj) = to_f32(static_cast<const E*>(kp[jj])[d]);
       for (int64_t jj = n; jj < kNR; ++jj) *kt_at(d, jj) = 0.0f;
     }
   }
 
-  // V of keys vp[0, n) (bf16 rows of Dv values, Dv a multiple of 16) into the strips.
+  // V of keys vp[0, n) (rows of Dv values, Dv a multiple of 16) into the strips, as f32.
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
-      const uint16_t* src = static_cast<const uint16_t*>(vp[jj]);
+      const E* src = static_cast<const E*>(vp[jj]);
       for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + gemm_detail::strip_index(kNR, jj, c), simd_type::load(src + c));
     }
   }
@@ -162,8 +163,10 @@ struct GemmPrefill {
   const void* const* pf_k = nullptr;
   const void* const* pf_v = nullptr;
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
-  int64_t k_lines() const { return (D * 2 + 63) / 64; }
-  int64_t v_lines() const { return (Dv * 2 + 63) / 64; }
+  int64_t k_lines() const { return (D * int64_t(sizeof(E)) + 63) / 64; }
+  int64_t v_lines() const { return (Dv * int64_t(sizeof(E)) + 63) / 64; }
+  static float to_f32(uint16_t x) { return bf16_to_f32(x); }
+  static float to_f32(float x) { return x; }
   void prefetch_some() {
     const int64_t kl = k_lines(), vl = v_lines();
     for (int64_t i = 0; i < pf_per_call && pf_key < pf_n; ++i) {

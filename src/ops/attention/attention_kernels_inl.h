@@ -154,10 +154,11 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = kTiles && c.D % 16 == 0 && c.Dv % 16 == 0;
   // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
-  // widened once for all the job's rows (attention_avx2_prefill_inl.h).
-  [[maybe_unused]] const bool gemm_prefill = tiles && !c.kv_once && j.groups == 1;
+  // loaded (bf16: widened) once for all the job's rows (attention_avx2_prefill_inl.h), f32
+  // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
+  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0 && !c.kv_once && j.groups == 1;
 #if OPTX_ATTN_BF16_TILES
-  GemmPrefill gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
+  GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
 #endif
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
