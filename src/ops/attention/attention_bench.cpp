@@ -1,9 +1,9 @@
 // `optx bench` rows for the attention family.
 //
-// flash_attention, bf16, B = 1, 16 heads, D = 128, causal, S = 4096 (and 8192 outside
-// --quick): optx against `basic` — per head, S = Q K^T with optx's GEMM into a
-// materialised [S, S] f32 score matrix, a causal softmax over it written as bf16 P, then
-// O = P V with optx's GEMM. FLOPs count the causal half of the square (4 S^2 D H / 2).
+// flash_attention, bf16, B = 1, 16 heads, D = 128, causal, S = 4096 (and 8192, and f32
+// at 4096, outside --quick): optx against `basic` — per head, S = Q K^T with optx's GEMM into a
+// materialised [S, S] f32 score matrix, a causal softmax over it written as bf16 P (f32:
+// in place), then O = P V with optx's GEMM. FLOPs count the causal half of the square (4 S^2 D H / 2).
 // peak_bytes: optx's workspace; basic's score + P buffers for one head (it runs heads one
 // at a time — all 16 at once would need 16x that).
 // paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
@@ -29,49 +29,57 @@
 namespace optx::attn_detail {
 namespace {
 
-void bench_flash(bench::Context& ctx, int64_t S) {
+void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
   const int64_t H = 16, D = 128;
+  const bool f32 = dt == DType::kF32;
+  const size_t es = dtype_size(dt);
   testing::Rng rng(1);
-  bench::Buffer q(size_t(S * H * D) * 2), k(q.bytes()), v(q.bytes()), out(q.bytes());
-  testing::fill_bf16(q.as<uint16_t>(), S * H * D, rng);
-  testing::fill_bf16(k.as<uint16_t>(), S * H * D, rng);
-  testing::fill_bf16(v.as<uint16_t>(), S * H * D, rng);
-  FlashAttentionParams p{.q = make_view(q.data(), DType::kBF16, {1, S, H, D}), .k = make_view(k.data(), DType::kBF16, {1, S, H, D}),
-                         .v = make_view(v.data(), DType::kBF16, {1, S, H, D}), .out = make_view(out.data(), DType::kBF16, {1, S, H, D}),
-                         .causal = true};
+  bench::Buffer q(size_t(S * H * D) * es), k(q.bytes()), v(q.bytes()), out(q.bytes());
+  for (bench::Buffer* x : {&q, &k, &v}) {
+    if (f32) testing::fill_f32(x->as<float>(), S * H * D, rng);
+    else testing::fill_bf16(x->as<uint16_t>(), S * H * D, rng);
+  }
+  FlashAttentionParams p{.q = make_view(q.data(), dt, {1, S, H, D}), .k = make_view(k.data(), dt, {1, S, H, D}),
+                         .v = make_view(v.data(), dt, {1, S, H, D}), .out = make_view(out.data(), dt, {1, S, H, D}), .causal = true};
   std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   const double flops = 4.0 * double(S) * double(S) * D * H / 2;
-  const std::string cs = "dtype=bf16 B=1 H=16 S=" + std::to_string(S) + " D=128 causal=1";
-  bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
+  const std::string cs = std::string("dtype=") + dtype_name(dt) + " B=1 H=16 S=" + std::to_string(S) + " D=128 causal=1";
+  const bench::Roof roof = f32 ? bench::Roof::kF32 : bench::Roof::kBF16;
+  bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = roof};
   r.note = selected_impl("flash_attention");
   r.peak_bytes = double(ws.size());
   auto optx_fn = [&] { bench::check(flash_attention(p, {ws.data(), ws.size()})); };
 
-  // basic: per head, scores materialised.
-  bench::Buffer scores(size_t(S * S) * 4), probs(size_t(S * S) * 2);
+  // basic: per head, scores materialised; P in the inputs' dtype.
+  bench::Buffer scores(size_t(S * S) * 4), probs(f32 ? 64 : size_t(S * S) * 2);  // f32: P is the scores
   const float scale = 1.0f / std::sqrt(float(D));
-  GemmParams qk{.a = make_view(q.data(), DType::kBF16, {S, D}, {H * D, 1}), .b = make_view(k.data(), DType::kBF16, {S, D}, {H * D, 1}),
+  GemmParams qk{.a = make_view(q.data(), dt, {S, D}, {H * D, 1}), .b = make_view(k.data(), dt, {S, D}, {H * D, 1}),
                 .c = make_view(scores.data(), DType::kF32, {S, S}), .alpha = scale};
-  GemmParams pv{.a = make_view(probs.data(), DType::kBF16, {S, S}), .b = make_view(v.data(), DType::kBF16, {S, D}, {H * D, 1}),
-                .c = make_view(out.data(), DType::kBF16, {S, D}, {H * D, 1}), .b_kn = true};
+  GemmParams pv{.a = make_view(f32 ? scores.data() : probs.data(), dt, {S, S}), .b = make_view(v.data(), dt, {S, D}, {H * D, 1}),
+                .c = make_view(out.data(), dt, {S, D}, {H * D, 1}), .b_kn = true};
   std::vector<uint8_t> gws(std::max(gemm_workspace_size(qk), gemm_workspace_size(pv)));
   const int th = ctx.threads;
-  bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = bench::Roof::kBF16};
-  b.peak_bytes = double(scores.bytes() + probs.bytes() + gws.size());
-  b.note = "per head: GEMM -> [S,S] f32 scores, causal softmax -> bf16 P, GEMM";
+  bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = roof};
+  b.peak_bytes = double(scores.bytes() + (f32 ? 0 : probs.bytes()) + gws.size());
+  b.note = f32 ? "per head: GEMM -> [S,S] f32 scores, causal softmax in place, GEMM"
+               : "per head: GEMM -> [S,S] f32 scores, causal softmax -> bf16 P, GEMM";
   auto basic_fn = [&] {
     for (int64_t h = 0; h < H; ++h) {
       GemmParams a = qk, c = pv;
-      a.a.data = q.as<uint16_t>() + h * D;
-      a.b.data = k.as<uint16_t>() + h * D;
-      c.b.data = v.as<uint16_t>() + h * D;
-      c.c.data = out.as<uint16_t>() + h * D;
+      a.a.data = q.as<uint8_t>() + size_t(h * D) * es;
+      a.b.data = k.as<uint8_t>() + size_t(h * D) * es;
+      c.b.data = v.as<uint8_t>() + size_t(h * D) * es;
+      c.c.data = out.as<uint8_t>() + size_t(h * D) * es;
       bench::check(gemm(a, {gws.data(), gws.size()}));
 #pragma omp parallel for num_threads(th) schedule(dynamic, 16)
-      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i, then bf16
+      for (int64_t i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i (then bf16)
         float* s = scores.as<float>() + i * S;
-        uint16_t* pr = probs.as<uint16_t>() + i * S;
         bench::basic::softmax_f32(s, s, i + 1);
+        if (f32) {
+          std::fill(s + i + 1, s + S, 0.0f);
+          continue;
+        }
+        uint16_t* pr = probs.as<uint16_t>() + i * S;
         bench::basic::f32_to_bf16_op(s, pr, i + 1);
         std::fill(pr + i + 1, pr + S, uint16_t(0));
       }
@@ -210,8 +218,9 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
 }
 
 void bench_attention(bench::Context& ctx) {
-  bench_flash(ctx, 4096);
-  if (!ctx.quick) bench_flash(ctx, 8192);
+  bench_flash(ctx, 4096, DType::kBF16);
+  if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
+  if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
   for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
   bench_paged(ctx, 8, 8192, false);
   if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
