@@ -367,11 +367,13 @@ struct DecodeJobs {
   }
   int64_t rows_total() const { return B * Sq * Nq; }
   int64_t per_seq() const { return all_heads ? splits : Nkv * head_chunks * q_tiles * splits; }
-  // Whether all_heads jobs fit: bf16 head dims the fast kernel takes, every row of a
-  // sequence in one job, at most 8 rows per KV head, slices of adjacent heads adjacent.
-  bool all_heads_fit() const {
-    return cfg.bf16 && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= kMaxRows &&
-           G * Sq <= kDecodeRows && k_hs == cfg.D && v_hs == cfg.Dv;
+  // Whether all_heads jobs fit a kernel that takes up to `rows` rows in one, `group_rows`
+  // per KV head (Kernels::decode_rows / decode_group_rows; by default the most any kernel
+  // takes, which sizes the workspace): bf16 head dims the fast kernels take, every row of
+  // a sequence in one job, slices of adjacent heads adjacent.
+  bool all_heads_fit(int64_t rows = kMaxJobRows, int64_t group_rows = kMaxGroupRows) const {
+    return cfg.bf16 && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= rows &&
+           G * Sq <= group_rows && k_hs == cfg.D && v_hs == cfg.Dv;
   }
   int64_t total() const { return B * per_seq(); }
   int64_t row_id(int64_t b, int64_t i, int64_t h) const { return (b * Sq + i) * Nq + h; }
@@ -553,10 +555,13 @@ void merge_rows(const DecodeJobs& d) {
 
 Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op) {
   const size_t need = decode_workspace(d);
-  if (k.multi_group && d.B > 0 && d.all_heads_fit()) {
+  if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows)) {
     d.all_heads = true;
     d.splits = decode_splits(d);
   }
+  if (d.all_heads && d.Nq * d.Sq > d.cfg.max_rows)  // the job scratch is laid out for max_rows rows
+    return Error(StatusCode::kInternal, op, ": an all-heads job of ", d.Nq * d.Sq, " rows exceeds the ", d.cfg.max_rows,
+                 " its scratch holds");
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the op needs ", need, " (at ", num_threads(),
                  " threads)");
@@ -589,6 +594,9 @@ void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, co
   d.seq_lens = static_cast<const int32_t*>(lens.data);
   d.splits = 1;
   if (d.B > 0) d.splits = decode_splits(d);
+  // An all-heads job past kMaxRows rows (speculative decoding: Sq > 1 over 32 heads) has
+  // its scratch laid out for its rows; the workspace query sizes it whatever the kernel.
+  if (d.all_heads_fit()) d.cfg.max_rows = int(std::max<int64_t>(kMaxRows, d.Nq * d.Sq));
 }
 
 DecodeJobs paged_jobs(const PagedDecodeParams& p) {

@@ -112,8 +112,9 @@ void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int64_t strid
 
 // GQA decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block
 // tables rotate so the bytes come from DRAM. with_i8: also the i8 caches of the same
-// values (kv_cache_write's layout), timed alternately with the bf16 ones.
-void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8) {
+// values (kv_cache_write's layout), timed alternately with the bf16 ones. Sq: new tokens per
+// sequence (speculative decoding past 1).
+void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, int64_t Sq = 1) {
   const int64_t Hq = 32, Hkv = 8, D = 128, Dv = 128, bs = 16;
   const double kv_bytes = double(B * ctx_len * Hkv * (D + Dv) * 2), i8_bytes = double(B * ctx_len * (Hkv * (D + Dv) + 8));
   const int copies = copies_for(with_i8 ? i8_bytes : kv_bytes);
@@ -131,19 +132,19 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8) 
   }
   auto tables = rotated_tables(copies, B * blocks_per_seq, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
-  std::vector<uint16_t> q(size_t(B * Hq * D)), out(size_t(B * Hq * Dv));
-  testing::fill_bf16(q.data(), B * Hq * D, rng);
+  std::vector<uint16_t> q(size_t(B * Sq * Hq * D)), out(size_t(B * Sq * Hq * Dv));
+  testing::fill_bf16(q.data(), B * Sq * Hq * D, rng);
   const char* op = "paged_decode_attention";
-  const std::string shape = "B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len);
+  const std::string shape = "B=" + std::to_string(B) + " Hq=32 Hkv=8 D=128 ctx=" + std::to_string(ctx_len) + (Sq > 1 ? " Sq=" + std::to_string(Sq) : "");
   bench::Record r{.op = op, .case_ = "dtype=bf16 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   auto params = [&](bool i8, int c) {
-    PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {B, 1, Hq, D}),
+    PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {B, Sq, Hq, D}),
                         .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv * D}),
                         .v_cache = make_view(vc.data(), DType::kBF16, {slots, Hkv * Dv}),
                         .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}),
                         .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Hkv,
-                        .out = make_view(out.data(), DType::kBF16, {B, 1, Hq, Dv})};
+                        .out = make_view(out.data(), DType::kBF16, {B, Sq, Hq, Dv})};
     if (i8) {
       p.k_cache = make_view(k8->data(), DType::kI8, {slots, Hkv * D}), p.v_cache = make_view(v8->data(), DType::kI8, {slots, Hkv * Dv});
       p.k_scales = make_view(ks->data(), DType::kF32, {slots}), p.v_scales = make_view(vs->data(), DType::kF32, {slots});
@@ -224,6 +225,7 @@ void bench_attention(bench::Context& ctx) {
   for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
   bench_paged(ctx, 8, 8192, false);
   if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
+  if (!ctx.quick) bench_paged(ctx, 1, 32768, false, 2);  // speculative decoding: 2 new tokens
   for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
 }
 

@@ -25,6 +25,7 @@ inline constexpr int kMaxRows = 32;
 // unit) go up to this; every other job keeps to kMaxRows.
 inline constexpr int kMaxJobRows = 96;
 inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
+inline constexpr int kMaxGroupRows = 12;  // rows per KV head of an all-heads decode job (Kernels)
 inline constexpr int64_t kKvBlock = 64;
 inline constexpr int64_t kMaxHeadDim = 1024;
 
@@ -260,6 +261,9 @@ struct Kernels {
   void (*run_job)(const Config& c, const Job& j, float* scratch);
   bool multi_group = false;  // run_job takes jobs with groups > 1 (bf16 decode shapes)
   int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxJobRows)
+  // multi_group decode: rows an all-heads job may hold in total (<= kMaxJobRows) and per
+  // KV head (<= kMaxGroupRows).
+  int decode_rows = kMaxRows, decode_group_rows = kDecodeRows;
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

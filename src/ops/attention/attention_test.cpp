@@ -293,7 +293,13 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                {1, 1, 8, 2, 96, std::vector<int32_t>{600}},
                                                // 24 rows over one KV head: the AVX2 many-row
                                                // path's 16-row and 8-row score groups
-                                               {1, 3, 8, 1, 64, std::vector<int32_t>{300}}}) {
+                                               {1, 3, 8, 1, 64, std::vector<int32_t>{300}},
+                                               // all-heads jobs past 32 rows (AVX2: up to 96,
+                                               // 12 per KV head): speculative Sq = 2 / 3 over
+                                               // several KV heads, and 12 heads per group
+                                               {1, 2, 32, 8, 64, std::vector<int32_t>{600}},
+                                               {2, 3, 16, 4, 64, std::vector<int32_t>{90, 300}},
+                                               {1, 1, 48, 4, 64, std::vector<int32_t>{530}}}) {
           if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
           DecodeCase c;
           c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;

@@ -54,7 +54,9 @@ void verify_decode(std::vector<verify::Record>& out) {
     for (DType dt : {DType::kF32, DType::kBF16})
       for (bool i8 : {false, true})
         for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 32, 8, 128, std::vector<int32_t>{1023}},
-                                               {4, 2, 8, 1, 64, std::vector<int32_t>{2, 17, 113, 239}}}) {
+                                               {4, 2, 8, 1, 64, std::vector<int32_t>{2, 17, 113, 239}},
+                                               // speculative decoding: 3 new tokens over 32 / 8 heads
+                                               {2, 3, 32, 8, 128, std::vector<int32_t>{4, 1023}}}) {
         testutil::DecodeCase c;
         c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
         rec(out, "paged_decode_attention", impl->name, c.name(), testutil::run_decode(*impl, c, uint64_t(B)));
