@@ -368,11 +368,12 @@ struct DecodeJobs {
   int64_t rows_total() const { return B * Sq * Nq; }
   int64_t per_seq() const { return all_heads ? splits : Nkv * head_chunks * q_tiles * splits; }
   // Whether all_heads jobs fit a kernel that takes up to `rows` rows in one, `group_rows`
-  // per KV head (Kernels::decode_rows / decode_group_rows; by default the most any kernel
-  // takes, which sizes the workspace): bf16 head dims the fast kernels take, every row of
-  // a sequence in one job, slices of adjacent heads adjacent.
-  bool all_heads_fit(int64_t rows = kMaxJobRows, int64_t group_rows = kMaxGroupRows) const {
-    return cfg.bf16 && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= rows &&
+  // per KV head, f32 as well as bf16 if `f32` (Kernels::decode_rows / decode_group_rows /
+  // decode_f32; by default the most any kernel takes, which sizes the workspace): head
+  // dims the fast kernels take, every row of a sequence in one job, slices of adjacent
+  // heads adjacent.
+  bool all_heads_fit(int64_t rows = kMaxJobRows, int64_t group_rows = kMaxGroupRows, bool f32 = true) const {
+    return (cfg.bf16 || f32) && Nkv > 1 && cfg.D % 32 == 0 && cfg.Dv % 32 == 0 && cfg.softcap == 0.0f && Nq * Sq <= rows &&
            G * Sq <= group_rows && k_hs == cfg.D && v_hs == cfg.Dv;
   }
   int64_t total() const { return B * per_seq(); }
@@ -555,7 +556,7 @@ void merge_rows(const DecodeJobs& d) {
 
 Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op) {
   const size_t need = decode_workspace(d);
-  if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows)) {
+  if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows, k.decode_f32)) {
     d.all_heads = true;
     d.splits = decode_splits(d);
   }

@@ -19,7 +19,7 @@ const Kernels& kernels_avx2() {
   // over 32 / 8 heads) streams whole cache rows in address order as Sq = 1 does, where
   // per-head jobs read 256-byte slices a slot apart (Sq = 2, ctx 8k from DRAM, alternating
   // with the previous build: B = 1 +38%, B = 8 +48%).
-  static const Kernels k{avx2::run_job, true, kMaxJobRows, kMaxJobRows, kMaxGroupRows};
+  static const Kernels k{avx2::run_job, true, kMaxJobRows, kMaxJobRows, kMaxGroupRows, true};
   return k;
 }
 }  // namespace optx::attn_detail

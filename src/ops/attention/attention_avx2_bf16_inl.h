@@ -1,4 +1,4 @@
-// bf16 (and int8-cache) score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
+// bf16, f32 and int8-cache score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
 // run_job_t (attention_kernels_inl.h) when D and Dv are multiples of 16.
 //
 // Why not the generic per-(row, key) dot: it widens each K row once per query row and
@@ -82,6 +82,13 @@ OPTX_ALWAYS_INLINE void swap_quads16(float* x, int64_t n) {
 // 16 bf16 values -> f32 in swap_quads16 order: lo = [0-3, 8-11], hi = [4-7, 12-15].
 OPTX_ALWAYS_INLINE void widen16(const uint16_t* p, __m256& lo, __m256& hi) {
   simd::Avx2::widen_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), lo, hi);
+}
+
+// 16 f32 values, in order: lo = [0-7], hi = [8-15] (the f32 tiles keep q and O in plain
+// order).
+OPTX_ALWAYS_INLINE void widen16(const float* p, __m256& lo, __m256& hi) {
+  lo = _mm256_loadu_ps(p);
+  hi = _mm256_loadu_ps(p + 8);
 }
 
 // 16 int8 values (an i8 cache's row, its scale applied per key outside) -> f32 in order:

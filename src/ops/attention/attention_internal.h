@@ -262,8 +262,9 @@ struct Kernels {
   bool multi_group = false;  // run_job takes jobs with groups > 1 (bf16 decode shapes)
   int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxJobRows)
   // multi_group decode: rows an all-heads job may hold in total (<= kMaxJobRows) and per
-  // KV head (<= kMaxGroupRows).
+  // KV head (<= kMaxGroupRows), and whether it takes f32 q / caches (else bf16 only).
   int decode_rows = kMaxRows, decode_group_rows = kDecodeRows;
+  bool decode_f32 = false;
 };
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

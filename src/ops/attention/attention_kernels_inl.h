@@ -150,9 +150,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // AVX2 bf16: the prefill GEMM path's operands (sized by job_scratch_floats).
   [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
   numerics::SoftmaxState st[kMaxJobRows];
-  // bf16 tiles keep q and O with each 16-value chunk's middle quads swapped (see there).
-  constexpr bool kTiles = OPTX_ATTN_BF16_TILES && std::is_same_v<T, uint16_t>;
-  [[maybe_unused]] const bool tiles = kTiles && c.D % 16 == 0 && c.Dv % 16 == 0;
+  // The AVX2 tiles read bf16 or f32 rows (and int8 caches); bf16 tiles keep q and O with
+  // each 16-value chunk's middle quads swapped (see there), f32 and int8 in plain order.
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+  [[maybe_unused]] const bool tiles = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0;
   // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
   // loaded (bf16: widened) once for all the job's rows (attention_avx2_prefill_inl.h), f32
   // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
@@ -169,12 +170,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // on its score and P column), the rope part's scores added by the bf16 tiles from its own
   // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
   // cache's tokens/s.
-  [[maybe_unused]] const bool mla_i8 = tiles && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   // Decode with many rows over one KV head's bf16 rows or MLA's i8 latent (MLA's heads, wide
   // GQA groups): each block widened to f32 once for all rows, then broadcast-FMA tiles
   // (attention_avx2_manyrows_inl.h).
-  [[maybe_unused]] const bool many_rows = tiles && c.kv_once && j.groups == 1 && (!j.kv.i8.k || mla_i8) &&
+  [[maybe_unused]] const bool many_rows = kBf16 && tiles && c.kv_once && j.groups == 1 && (!j.kv.i8.k || mla_i8) &&
                                           c.max_rows <= kMaxRows && R >= kManyRowsMin;
 #if OPTX_ATTN_BF16_TILES
   // V is K's row prefix (MLA's latent, bf16 or i8): P.V reads the widened K rows.
@@ -187,7 +188,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
 #if OPTX_ATTN_BF16_TILES
     if (mla_i8) swap_quads16(qf + r * Dp + c.Dv, c.D - c.Dv);  // the rope part only
-    else if (tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
+    else if (kBf16 && tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
 #endif
   }
 #if OPTX_ATTN_BF16_TILES
@@ -314,7 +315,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         continue;
       }
       if (tiles) {
-        scores_bf16_rows<uint16_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, nullptr, S + g * Rg * kKvBlock, pf_s);
+        scores_bf16_rows<T>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, nullptr, S + g * Rg * kKvBlock, pf_s);
         continue;
       }
 #endif
@@ -396,7 +397,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
             for (int64_t jj = 0; jj < n; ++jj) P[r * kKvBlock + jj] *= vs[jj];
           pv_bf16_rows<int8_t>(Rg, P, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf_v);
         } else {
-          pv_bf16_rows<uint16_t>(Rg, P, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf_v);
+          pv_bf16_rows<T>(Rg, P, vg, n, c.Dv, acc + g * Rg * Dvp, Dvp, pf_v);
         }
         continue;
       }
@@ -416,7 +417,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
 #if OPTX_ATTN_BF16_TILES
   if (gemm_prefill)
     gp.store_o(acc, Dvp);
-  else if (tiles && !i8_tiles && !mla_i8)
+  else if (kBf16 && tiles && !i8_tiles && !mla_i8)
     for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
 #endif
   for (int r = 0; r < R; ++r) {
