@@ -609,9 +609,48 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   kt.amx_release();
 }
 
+// Decode against unpacked weights (KernelTable::gemv_rows): up to kGemvRowsM rows of A, B
+// [N, K] f32 / bf16 with unit K stride. Packing B first reads and writes every weight once
+// more for a call that uses each once: it ran at 1-2 GB/s of weights (a panel's 64 rows
+// gathered element by element). The threads take 64-column panels in order, each a
+// contiguous run of B rows, and every output is one thread's dot product in k order, so
+// results do not depend on the thread count.
+bool gemv_rows_eligible(const GemmParams& p, const KernelTable& kt) {
+  const DType bt = p.b.dtype;
+  return kt.gemv_rows && !p.packed_b && !p.b_kn && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM &&
+         p.b.strides[1] == 1 && (bt == DType::kF32 || bt == DType::kBF16);
+}
+
+void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
+  const int64_t M = p.a.sizes[0], N = p.b.sizes[0], K = p.a.sizes[1];
+  const int64_t panels = (N + kNR - 1) / kNR;
+  const size_t c_esize = dtype_size(p.c.dtype);
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (panels > 1)
+  for (int64_t j = 0; j < panels; ++j) {
+    alignas(64) float acc[kGemvRowsM * kNR];
+    GemvRowsArgs g;
+    g.m = int(M), g.nb = int(std::min<int64_t>(kNR, N - j * kNR)), g.K = K;
+    g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
+    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j * kNR * p.b.strides[0]) * dtype_size(p.b.dtype);
+    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
+    kt.gemv_rows(g);
+    EpilogueArgs e;
+    e.acc = acc, e.m = int(M), e.ncols = g.nb;
+    e.c = static_cast<uint8_t*>(p.c.data) + size_t(j * kNR) * c_esize;
+    e.ldc = p.c.strides[0], e.c_dtype = p.c.dtype, e.alpha = p.alpha, e.beta = p.beta;
+    e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * dtype_size(p.bias.dtype) : nullptr;
+    e.bias_dtype = p.bias.dtype, e.col_scale = nullptr;
+    kt.epilogue(e);
+  }
+}
+
 template <const KernelTable& (*Table)()>
 Status run_blocked(const GemmParams& p, Workspace ws) {
   const KernelTable& kt = Table();
+  if (gemv_rows_eligible(p, kt)) {
+    if (p.a.sizes[0] > 0 && p.b.sizes[0] > 0) run_gemv_rows(p, kt);
+    return Status::Ok();
+  }
   const bool use_amx = kt.amx_block && amx_eligible(p);
   PackedMatrix m;
   if (pack_once_view(p, use_amx, &m)) {

@@ -331,6 +331,69 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
   return true;
 }
 
+// 8 consecutive values as f32, in order.
+OPTX_ALWAYS_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+OPTX_ALWAYS_INLINE __m256 load8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+OPTX_ALWAYS_INLINE float value(const float* p, int64_t k) { return p[k]; }
+OPTX_ALWAYS_INLINE float value(const uint16_t* p, int64_t k) { return bf16_to_f32(p[k]); }
+
+// M rows of A against NB rows of B at a time (M x NB accumulators of 8 lanes, at most 8:
+// the B rows stream from DRAM, and 4 of them in flight keep one core's prefetchers busy).
+// Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
+template <int M, int NB, class TA, class TB>
+void gemv_rows_t(const GemvRowsArgs& g) {
+  const TA* a = static_cast<const TA*>(g.a);
+  const int64_t K8 = g.K / 8 * 8;
+  for (int n0 = 0; n0 < g.nb; n0 += NB) {
+    const int nb = std::min(NB, g.nb - n0);
+    const TB* b[NB];
+    for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
+    __m256 c[M][NB];
+    for (auto& row : c)
+      for (auto& x : row) x = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8) {
+      __m256 bv[NB];
+      for (int j = 0; j < NB; ++j) bv[j] = load8(b[j] + k);
+      for (int r = 0; r < M; ++r) {
+        const __m256 av = load8(a + r * g.lda + k);
+        for (int j = 0; j < NB; ++j) c[r][j] = _mm256_fmadd_ps(av, bv[j], c[r][j]);
+      }
+    }
+    for (int r = 0; r < M; ++r)
+      for (int j = 0; j < nb; ++j) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(c[r][j]), _mm256_extractf128_ps(c[r][j], 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        float sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+        for (int64_t k = K8; k < g.K; ++k) sum += value(a + r * g.lda, k) * value(b[j], k);
+        g.acc[r * kNR + n0 + j] = sum;
+      }
+  }
+}
+
+template <class TA, class TB>
+void gemv_rows_m(const GemvRowsArgs& g) {
+  switch (g.m) {
+    case 1: return gemv_rows_t<1, 4, TA, TB>(g);
+    case 2: return gemv_rows_t<2, 4, TA, TB>(g);
+    case 3: return gemv_rows_t<3, 2, TA, TB>(g);
+    case 4: return gemv_rows_t<4, 2, TA, TB>(g);
+    case 5: return gemv_rows_t<5, 1, TA, TB>(g);
+    case 6: return gemv_rows_t<6, 1, TA, TB>(g);
+    case 7: return gemv_rows_t<7, 1, TA, TB>(g);
+    default: return gemv_rows_t<8, 1, TA, TB>(g);
+  }
+}
+
+void gemv_rows(const GemvRowsArgs& g) {
+  const bool af = g.a_dtype == DType::kF32, bf = g.b_dtype == DType::kF32;
+  if (af && bf) gemv_rows_m<float, float>(g);
+  else if (af) gemv_rows_m<float, uint16_t>(g);
+  else if (bf) gemv_rows_m<uint16_t, float>(g);
+  else gemv_rows_m<uint16_t, uint16_t>(g);
+}
+
 #define OPTX_DISPATCH_M(KERN, ...)      \
   switch (m) {                          \
     case 1: return KERN<1>(__VA_ARGS__);  \
@@ -388,7 +451,7 @@ const KernelTable& kernels_avx2() {
   static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
                              .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
                              .gemv4_bf16b = avx2::gemv4_bf16b, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
-                             .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips};
+                             .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows};
   return t;
 }
 }  // namespace optx::gemm_detail

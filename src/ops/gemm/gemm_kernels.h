@@ -83,6 +83,23 @@ struct Gemv4Args {
 };
 using Gemv4Fn = void (*)(const Gemv4Args&);
 
+// Decode against unpacked weights (gemm.cpp, run_gemv_rows): rows r < m (<= kGemvRowsM) of
+// A times nb (<= kNR) rows of B ([N, K] with unit K stride, f32 or bf16), each dot product
+// over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
+// no packing pass runs for a call that reads each weight once.
+inline constexpr int kGemvRowsM = 8;
+struct GemvRowsArgs {
+  int m, nb;
+  int64_t K;
+  const void* a;  // row r at a + r * lda elements
+  int64_t lda;
+  DType a_dtype;
+  const void* b;  // row n at b + n * ldb elements
+  int64_t ldb;
+  DType b_dtype;
+  float* acc;     // m x kNR
+};
+
 struct KernelTable {
   KernelF32A f32b;      // B f32   [kc][64]
   KernelF32A bf16b;     // B bf16  [kc/2][64][2]
@@ -119,6 +136,7 @@ struct KernelTable {
   // what pack_panel and widen_b produce together, in one pass. Other dtypes or strides:
   // returns false and writes nothing.
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
+  void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is

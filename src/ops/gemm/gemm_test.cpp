@@ -96,6 +96,25 @@ std::vector<Case> edge_cases() {
         c.beta = 0.5f;
         cs.push_back(c);
       }
+  // Decode against unpacked [N, K] weights (KernelTable::gemv_rows, up to 8 rows): every
+  // row count and its B-row grouping, K below and past a vector with a tail, N past a
+  // panel with a tail, strided A, beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C; 9 rows
+  // leave it.
+  for (int64_t M = 1; M <= 9; ++M)
+    for (DType at : {DType::kF32, DType::kBF16})
+      for (DType bt : {DType::kF32, DType::kBF16}) {
+        if (at == DType::kBF16 && bt == DType::kF32) continue;  // not a supported pairing
+        Case c;
+        c.M = M, c.N = M % 2 ? 70 : 131, c.K = M % 3 == 0 ? 5 : 8 * M + 3;
+        c.a = at, c.b = bt, c.c = at;
+        c.packed = false;
+        c.lda_pad = M % 2;
+        c.ldc_pad = M % 3;
+        c.alpha = M % 4 ? 1.0f : 0.5f;
+        c.beta = M % 2 ? 0.0f : 0.75f;
+        c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
+        cs.push_back(c);
+      }
   // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
   // last block's tile goes straight into C, onto the blocks accumulated before it.
   for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
