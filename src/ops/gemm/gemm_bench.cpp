@@ -201,12 +201,41 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   run_case(ctx, r, fns, peers, flops, wbytes);
 }
 
+// Decode against unpacked [N, K] bf16 weights (no pack_weights at load): the same bytes
+// per call as the packed row, rotated over copies of the raw weights.
+void bench_gemv_unpacked(bench::Context& ctx) {
+  const int64_t M = 1, N = 4096, K = 4096;
+  const double wbytes = double(N * K) * 2;
+  const int copies = int((int64_t(bench::dram_working_set()) + int64_t(wbytes) - 1) / int64_t(wbytes)) + 1;
+  testing::Rng rng(6);
+  std::vector<std::unique_ptr<bench::Buffer>> w;
+  for (int i = 0; i < copies; ++i) {
+    w.push_back(std::make_unique<bench::Buffer>(size_t(wbytes)));
+    testing::fill_bf16(w.back()->as<uint16_t>(), N * K, rng);
+  }
+  std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
+  testing::fill_bf16(a.data(), M * K, rng);
+  GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}), .b = make_view(w[0]->data(), DType::kBF16, {N, K}),
+               .c = make_view(c.data(), DType::kBF16, {M, N})};
+  std::vector<uint8_t> ws(gemm_workspace_size(p));
+  size_t i = 0;
+  bench::Record r{.op = "gemm", .case_ = shape_case("bf16", M, N, K) + " packed=0", .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = std::to_string(copies) + " weight copies rotated, unpacked";
+  r.peak_bytes = double(ws.size());
+  run_case(ctx, r, {[&] {
+             p.b.data = w[i++ % w.size()]->data();
+             bench::check(gemm(p, {ws.data(), ws.size()}));
+           }},
+           {}, 2.0 * M * N * K, wbytes);
+}
+
 void bench_gemm(bench::Context& ctx) {
   bench_square(ctx, false);
   bench_square(ctx, true);
   bench_gemv(ctx, DType::kBF16, 1);
   bench_gemv(ctx, DType::kI8, 1);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
+  if (!ctx.quick) bench_gemv_unpacked(ctx);
 }
 
 OPTX_REGISTER_BENCH("gemm", bench_gemm);
