@@ -15,10 +15,11 @@ const Kernels& kernels_avx2() {
   // Flash jobs of 96 rows: each K / V block is loaded (widened, transposed) once for 96
   // rows instead of 32, and a head's K / V is read from L3 a third as often (S = 4096,
   // alternating in one process: +11% over 32 rows; 144 rows -5%, 192 no better).
-  // All-heads decode jobs of up to 96 rows, 12 per KV head: speculative decoding (Sq = 2, 3
-  // over 32 / 8 heads) streams whole cache rows in address order as Sq = 1 does, where
-  // per-head jobs read 256-byte slices a slot apart (Sq = 2, ctx 8k from DRAM, alternating
-  // with the previous build: B = 1 +38%, B = 8 +48%).
+  // All-heads decode jobs of up to 96 rows, 12 per KV head, bf16 or f32: speculative
+  // decoding (Sq = 2, 3 over 32 / 8 heads) and f32 caches stream whole cache rows in address
+  // order as bf16 Sq = 1 does, where per-head jobs read a head's slices a slot apart (from
+  // DRAM, alternating with the previous build: Sq = 2 B = 1 ctx 8k / 32k +64% / +86%, B = 8
+  // +48%; f32 Sq = 1 +154-169%).
   static const Kernels k{avx2::run_job, true, kMaxJobRows, kMaxJobRows, kMaxGroupRows, true};
   return k;
 }

@@ -259,7 +259,7 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
 
 struct Kernels {
   void (*run_job)(const Config& c, const Job& j, float* scratch);
-  bool multi_group = false;  // run_job takes jobs with groups > 1 (bf16 decode shapes)
+  bool multi_group = false;  // run_job takes jobs with groups > 1 (decode over all KV heads)
   int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxJobRows)
   // multi_group decode: rows an all-heads job may hold in total (<= kMaxJobRows) and per
   // KV head (<= kMaxGroupRows), and whether it takes f32 q / caches (else bf16 only).

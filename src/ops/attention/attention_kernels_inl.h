@@ -13,7 +13,8 @@
 #include "numerics/online_softmax.h"
 #include "ops/attention/attention_internal.h"
 
-// AVX2 units (not the AVX-512 ones, which have their own bf16 kernels): bf16 tiles.
+// AVX2 units (not the AVX-512 ones, which have their own bf16 kernels): the bf16 / f32 /
+// int8-cache tiles (OPTX_ATTN_BF16_TILES, named for the first of them).
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #define OPTX_ATTN_BF16_TILES 1
 #include "ops/attention/attention_avx2_bf16_inl.h"
@@ -147,7 +148,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
   float* acc = qf + R * Dp;          // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
-  // AVX2 bf16: the prefill GEMM path's operands (sized by job_scratch_floats).
+  // AVX2: the prefill GEMM path's operands (sized by job_scratch_floats).
   [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
   numerics::SoftmaxState st[kMaxJobRows];
   // The AVX2 tiles read bf16 or f32 rows (and int8 caches); bf16 tiles keep q and O with
@@ -157,7 +158,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
   // loaded (bf16: widened) once for all the job's rows (attention_avx2_prefill_inl.h), f32
   // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
-  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0 && !c.kv_once && j.groups == 1;
+  [[maybe_unused]] const bool gemm_prefill = tiles && !c.kv_once && j.groups == 1;
 #if OPTX_ATTN_BF16_TILES
   GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
 #endif
