@@ -687,7 +687,9 @@ TEST(AttentionDispatch, SelectedRespectsMaxIsa) {
     const auto* impl = reg->find(selected_impl(reg->op()));
     ASSERT_NE(impl, nullptr) << reg->op();
     EXPECT_LE(int(impl->isa), int(active_isa()));
-    if (dispatch::forced_impl(reg->op()).empty()) EXPECT_EQ(reg->runnable().front(), impl);  // else OPTX_IMPL's
+    if (dispatch::forced_impl(reg->op()).empty()) {  // else OPTX_IMPL's choice
+      EXPECT_EQ(reg->runnable().front(), impl);
+    }
   }
   FlashCase c;
   EXPECT_TRUE(testutil::run_flash(*flash_registry().runnable().front(), c).pass());

@@ -473,7 +473,9 @@ TEST(GemmDispatch, SelectedRespectsMaxIsa) {
   EXPECT_LE(int(impl->isa), int(active_isa()));
   // The selection is the best runnable entry: nothing earlier in the list can run (unless
   // OPTX_IMPL forces one, which the test then runs).
-  if (dispatch::forced_impl("gemm").empty()) EXPECT_EQ(registry().runnable().front()->name, sel);
+  if (dispatch::forced_impl("gemm").empty()) {
+    EXPECT_EQ(registry().runnable().front()->name, sel);
+  }
   if (const char* cap = std::getenv("OPTX_MAX_ISA")) {
     EXPECT_EQ(std::string(isa_name(active_isa())).substr(0, std::strlen(cap)), std::string(cap));
   }

@@ -836,10 +836,14 @@ TEST(KvCacheDispatch, SelectedRespectsMaxIsa) {
     EXPECT_LE(int(isa), int(active_isa())) << op;
     const bool forced = !dispatch::forced_impl(op).empty();  // OPTX_IMPL's choice, else the best runnable
     if (mla) {
-      if (!forced) EXPECT_EQ(mla_registry().runnable().front()->name, sel);
+      if (!forced) {
+        EXPECT_EQ(mla_registry().runnable().front()->name, sel);
+      }
       EXPECT_TRUE(testutil::run_mla(*mla_registry().find(sel), {}).cmp.pass);
     } else {
-      if (!forced) EXPECT_EQ(qkv_registry().runnable().front()->name, sel);
+      if (!forced) {
+        EXPECT_EQ(qkv_registry().runnable().front()->name, sel);
+      }
       EXPECT_TRUE(testutil::run_qkv(*qkv_registry().find(sel), {}).cmp.pass);
     }
   }
