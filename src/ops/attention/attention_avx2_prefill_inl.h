@@ -30,6 +30,7 @@
 
 #include "ops/attention/attention_internal.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "simd/simd_scalar.h"
 
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
@@ -86,7 +87,7 @@ struct GemmPrefill {
       }
     }
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t jj = j0; jj < n; ++jj) *kt_at(d, jj) = to_f32(static_cast<const E*>(kp[jj])[d]);
+      for (int64_t jj = j0; jj < n; ++jj) *kt_at(d, jj) = simd::Scalar::load(static_cast<const E*>(kp[jj]) + d);
       for (int64_t jj = n; jj < kNR; ++jj) *kt_at(d, jj) = 0.0f;
     }
   }
@@ -165,8 +166,6 @@ struct GemmPrefill {
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
   int64_t k_lines() const { return (D * int64_t(sizeof(E)) + 63) / 64; }
   int64_t v_lines() const { return (Dv * int64_t(sizeof(E)) + 63) / 64; }
-  static float to_f32(uint16_t x) { return bf16_to_f32(x); }
-  static float to_f32(float x) { return x; }
   void prefetch_some() {
     const int64_t kl = k_lines(), vl = v_lines();
     for (int64_t i = 0; i < pf_per_call && pf_key < pf_n; ++i) {

@@ -51,7 +51,7 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
   auto optx_fn = [&] { bench::check(flash_attention(p, {ws.data(), ws.size()})); };
 
   // basic: per head, scores materialised; P in the inputs' dtype.
-  bench::Buffer scores(size_t(S * S) * 4), probs(f32 ? 64 : size_t(S * S) * 2);  // f32: P is the scores
+  bench::Buffer scores(size_t(S * S) * 4), probs(f32 ? 0 : size_t(S * S) * 2);  // f32: P is the scores
   const float scale = 1.0f / std::sqrt(float(D));
   GemmParams qk{.a = make_view(q.data(), dt, {S, D}, {H * D, 1}), .b = make_view(k.data(), dt, {S, D}, {H * D, 1}),
                 .c = make_view(scores.data(), DType::kF32, {S, S}), .alpha = scale};
@@ -60,7 +60,7 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
   std::vector<uint8_t> gws(std::max(gemm_workspace_size(qk), gemm_workspace_size(pv)));
   const int th = ctx.threads;
   bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = roof};
-  b.peak_bytes = double(scores.bytes() + (f32 ? 0 : probs.bytes()) + gws.size());
+  b.peak_bytes = double(scores.bytes() + probs.bytes() + gws.size());
   b.note = f32 ? "per head: GEMM -> [S,S] f32 scores, causal softmax in place, GEMM"
                : "per head: GEMM -> [S,S] f32 scores, causal softmax -> bf16 P, GEMM";
   auto basic_fn = [&] {

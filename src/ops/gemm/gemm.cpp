@@ -272,14 +272,15 @@ ThreadRange range_for(const Plan& pl, int t, std::atomic<int64_t>* cursor = null
 
 // Turns the finished f32 tile of rows [row0, row0 + m) x output panel j into C (with
 // SwiGLU, acc is the gate tile and up the up tile).
-void epilogue_panel(const GemmParams& p, const Plan& pl, const KernelTable& kt, const float* acc,
+// n_out: columns of C (Plan::n_out).
+void epilogue_panel(const GemmParams& p, int64_t n_out, const KernelTable& kt, const float* acc,
                     int64_t row0, int m, int64_t j, const float* scales, const float* up = nullptr,
                     const float* up_scales = nullptr) {
   const size_t c_esize = dtype_size(p.c.dtype);
   EpilogueArgs e;
   e.acc = acc;
   e.m = m;
-  e.ncols = int(std::min<int64_t>(kNR, pl.n_out - j * kNR));
+  e.ncols = int(std::min<int64_t>(kNR, n_out - j * kNR));
   e.c = static_cast<uint8_t*>(p.c.data) + (size_t(row0 * p.c.strides[0]) + size_t(j * kNR)) * c_esize;
   e.ldc = p.c.strides[0];
   e.c_dtype = p.c.dtype;
@@ -388,10 +389,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       gemv4(g);
       for (int q = 0; q < (pl.swiglu ? 2 : 4); ++q) {
         if (pl.swiglu)
-          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q), acc + (q + 2) * kNR,
+          epilogue_panel(p, pl.n_out, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q), acc + (q + 2) * kNR,
                          packed_scales(j + q + up));
         else
-          epilogue_panel(p, pl, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
+          epilogue_panel(p, pl.n_out, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
       }
     };
     // Two and three rows on bf16 packed weights: two panels per call, two DRAM streams
@@ -403,10 +404,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};
       gemv2(g);
       if (pl.swiglu) {
-        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc + mrows * kNR, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr, acc + mrows * kNR, nullptr);
       } else {
-        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
-        epilogue_panel(p, pl, kt, acc + mrows * kNR, row0, mrows, j + 1, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc + mrows * kNR, row0, mrows, j + 1, nullptr);
       }
     };
     // Reduces B panel jb over all of K into dst (mrows x 64). next_jb is the panel this
@@ -498,7 +499,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       if (pl.swiglu) {
         compute(j, j + up, acc);
         compute(j + up, next, acc_up);
-        epilogue_panel(p, pl, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
         return;
       }
       if (float* c = direct_c(row0, mrows, j)) {
@@ -515,7 +516,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           scales = sbuf;
         }
       }
-      epilogue_panel(p, pl, kt, acc, row0, mrows, j, scales);
+      epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, scales);
     };
     // Whole groups go to the decode kernels; a short last group panel by panel.
     const int64_t group = use_gemv4 ? (pl.swiglu ? 2 : 4) : gemv2 ? (pl.swiglu ? 1 : 2) : 1;
@@ -600,9 +601,9 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       compute(j, acc, pl.swiglu ? j + pl.out_panels : after);
       if (pl.swiglu) {
         compute(j + pl.out_panels, acc_up, after);
-        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr, acc_up, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr, acc_up, nullptr);
       } else {
-        epilogue_panel(p, pl, kt, acc, row0, mrows, j, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr);
       }
     }
   }
@@ -624,7 +625,6 @@ bool gemv_rows_eligible(const GemmParams& p, const KernelTable& kt) {
 void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
   const int64_t M = p.a.sizes[0], N = p.b.sizes[0], K = p.a.sizes[1];
   const int64_t panels = (N + kNR - 1) / kNR;
-  const size_t c_esize = dtype_size(p.c.dtype);
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (panels > 1)
   for (int64_t j = 0; j < panels; ++j) {
     alignas(64) float acc[kGemvRowsM * kNR];
@@ -634,13 +634,7 @@ void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
     g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j * kNR * p.b.strides[0]) * dtype_size(p.b.dtype);
     g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
     kt.gemv_rows(g);
-    EpilogueArgs e;
-    e.acc = acc, e.m = int(M), e.ncols = g.nb;
-    e.c = static_cast<uint8_t*>(p.c.data) + size_t(j * kNR) * c_esize;
-    e.ldc = p.c.strides[0], e.c_dtype = p.c.dtype, e.alpha = p.alpha, e.beta = p.beta;
-    e.bias = p.bias.data ? static_cast<const uint8_t*>(p.bias.data) + size_t(j * kNR) * dtype_size(p.bias.dtype) : nullptr;
-    e.bias_dtype = p.bias.dtype, e.col_scale = nullptr;
-    kt.epilogue(e);
+    epilogue_panel(p, N, kt, acc, 0, int(M), j, nullptr);
   }
 }
 
@@ -671,12 +665,8 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (np > 1)
     for (int64_t j = 0; j < np; ++j) {
       uint8_t* panel = base + j * m.panel_bytes;
-      if (!strips) {
-        pack_panel(p.b, p.b_kn, j, 0, m.k_padded, panel);
-        continue;
-      }
-      for (int64_t kb = 0; kb < m.k; kb += kc)
-        kt.pack_strips(p.b, p.b_kn, j, kb, std::min(kc, m.k - kb), reinterpret_cast<float*>(panel) + kb * kNR);
+      if (strips) pack_strip_panel(p.b, p.b_kn, j, kc, reinterpret_cast<float*>(panel), kt.pack_strips);
+      else pack_panel(p.b, p.b_kn, j, 0, m.k_padded, panel);
     }
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
@@ -747,12 +737,12 @@ constexpr TableOf kTables[] = {{run_blocked<kernels_amx>, kernels_amx},
 
 const dispatch::Registry<GemmFn>& registry() { return make_registry(); }
 
-int64_t auto_strip_kc() {
+const KernelTable* selected_table() {
   const dispatch::Impl<GemmFn>* impl = nullptr;
-  if (!registry().select(&impl).ok()) return 0;
+  if (!registry().select(&impl).ok()) return nullptr;
   for (const TableOf& t : kTables)
-    if (t.fn == impl->fn) return t.table().f32_strip ? kStripKc : 0;
-  return 0;  // the reference reads any layout
+    if (t.fn == impl->fn) return &t.table();
+  return nullptr;  // the reference reads any layout
 }
 
 Status validate(const GemmParams& p, bool need_data) {

@@ -8,6 +8,7 @@
 #include "ops/gemm/gemm_kernels.h"
 
 #include "simd/simd_avx2.h"
+#include "simd/simd_scalar.h"
 #define OPTX_ISA_NS avx2
 #define OPTX_GEMM_SIMD ::optx::simd::Avx2
 #include "ops/gemm/gemm_epilogue_inl.h"
@@ -331,14 +332,6 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
   return true;
 }
 
-// 8 consecutive values as f32, in order.
-OPTX_ALWAYS_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-OPTX_ALWAYS_INLINE __m256 load8(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-OPTX_ALWAYS_INLINE float value(const float* p, int64_t k) { return p[k]; }
-OPTX_ALWAYS_INLINE float value(const uint16_t* p, int64_t k) { return bf16_to_f32(p[k]); }
-
 // M rows of A against NB rows of B at a time (M x NB accumulators of 8 lanes, at most 8:
 // the B rows stream from DRAM, and 4 of them in flight keep one core's prefetchers busy).
 // Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
@@ -355,18 +348,16 @@ void gemv_rows_t(const GemvRowsArgs& g) {
       for (auto& x : row) x = _mm256_setzero_ps();
     for (int64_t k = 0; k < K8; k += 8) {
       __m256 bv[NB];
-      for (int j = 0; j < NB; ++j) bv[j] = load8(b[j] + k);
+      for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);
       for (int r = 0; r < M; ++r) {
-        const __m256 av = load8(a + r * g.lda + k);
+        const __m256 av = simd::Avx2::load(a + r * g.lda + k);
         for (int j = 0; j < NB; ++j) c[r][j] = _mm256_fmadd_ps(av, bv[j], c[r][j]);
       }
     }
     for (int r = 0; r < M; ++r)
       for (int j = 0; j < nb; ++j) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(c[r][j]), _mm256_extractf128_ps(c[r][j], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        float sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-        for (int64_t k = K8; k < g.K; ++k) sum += value(a + r * g.lda, k) * value(b[j], k);
+        float sum = simd::Avx2::reduce(c[r][j]);
+        for (int64_t k = K8; k < g.K; ++k) sum += simd::Scalar::load(a + r * g.lda + k) * simd::Scalar::load(b[j] + k);
         g.acc[r * kNR + n0 + j] = sum;
       }
   }

@@ -18,9 +18,15 @@ PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc =
 // One K block of kc rows of a strip-layout f32 panel (four [kc][16] strips at src) as a
 // [kc][64] panel block at dst: for kernels that do not run strips.
 void strips_to_panel(const float* src, int64_t kc, float* dst);
-// strip_kc for PackLayout::kAuto f32 weights: kStripKc when the gemm implementation
-// selected on this CPU runs strip kernels, else 0.
-int64_t auto_strip_kc();
+// Panel j of an f32 B in the strip layout (K blocks of kc rows): each block through
+// `fast` (KernelTable::pack_strips, vector loads and transposes) where it takes B's
+// strides, else an element loop.
+using PackStripsFn = bool (*)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst);
+void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst, PackStripsFn fast);
+struct KernelTable;
+// The kernel table of the gemm implementation selected on this CPU (null for the
+// reference): what pack_weights' kAuto layout and its strip packing follow.
+const KernelTable* selected_table();
 // 64 per-column scales of panel j (zero past N).
 void pack_scales(const TensorView& scales, int64_t j, float* dst);
 

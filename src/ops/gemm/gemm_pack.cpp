@@ -23,19 +23,19 @@ void pack_typed(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
       dst[idx] = in.value(n, k0 + kk);
     }
 }
+}  // namespace
 
-// Panel j of an f32 B in the strip layout (PackedMatrix::strip_kc): element (k, n) of
-// the panel goes to K block kb = k - k % kc at strip_index(kcur, k - kb, n).
-void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst) {
+// Element (k, n) of the panel goes to K block kb = k - k % kc at strip_index(kcur, k - kb, n).
+void pack_strip_panel(const TensorView& b, bool kn, int64_t j, int64_t kc, float* dst, PackStripsFn fast) {
   const PanelSource<float> in(b, kn, j);
   for (int64_t kb = 0; kb < in.K; kb += kc) {
     const int64_t kcur = std::min(kc, in.K - kb);
     float* block = dst + kb * kNR;
+    if (fast && fast(b, kn, j, kb, kcur, block)) continue;
     for (int64_t kk = 0; kk < kcur; ++kk)
       for (int64_t n = 0; n < kNR; ++n) block[strip_index(kcur, kk, n)] = in.value(n, kb + kk);
   }
 }
-}  // namespace
 
 void strips_to_panel(const float* src, int64_t kc, float* dst) {
   for (int s = 0; s < kNR / 16; ++s)
@@ -138,9 +138,10 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
   } else if (!p.scales.empty()) {
     return Error(StatusCode::kInvalidArgument, op, ": scales given but w.dtype=", dtype_name(w.dtype), " (only i8 weights take scales)");
   }
+  const gemm_detail::KernelTable* kt = gemm_detail::selected_table();
   int64_t strip_kc = 0;
   switch (p.layout) {
-    case PackLayout::kAuto: strip_kc = w.dtype == DType::kF32 ? gemm_detail::auto_strip_kc() : 0; break;
+    case PackLayout::kAuto: strip_kc = w.dtype == DType::kF32 && kt && kt->f32_strip ? gemm_detail::kStripKc : 0; break;
     case PackLayout::kPanels: break;
     case PackLayout::kStrips:
       if (w.dtype != DType::kF32)
@@ -197,7 +198,7 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
     }
     PackedMatrix& pm = result.mats_[e];
     uint8_t* dst = const_cast<uint8_t*>(pm.panel(j));
-    if (strip_kc > 0) gemm_detail::pack_strip_panel(m, p.kn, j, strip_kc, reinterpret_cast<float*>(dst));
+    if (strip_kc > 0) gemm_detail::pack_strip_panel(m, p.kn, j, strip_kc, reinterpret_cast<float*>(dst), kt ? kt->pack_strips : nullptr);
     else gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, dst);
     if (is_i8) {
       TensorView s = p.scales;
