@@ -638,11 +638,46 @@ void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
   }
 }
 
+// The same for B [K, N] with unit N stride (KernelTable::gemv_kn): decode's P V, or
+// weights stored input-major. Packing them cost more still (0.8 GB/s: a [K, N] panel is
+// gathered a column at a time); M = 1, N = K = 4096 bf16 took 43.8 ms against 2.4 for the
+// same weights [N, K]. Each thread takes a contiguous run of up to kGemvKnCols columns, so
+// it reads one contiguous piece of every B row, in row order; every output is one
+// thread's sum in k order.
+bool gemv_kn_eligible(const GemmParams& p, const KernelTable& kt) {
+  const DType bt = p.b.dtype;
+  return kt.gemv_kn && !p.packed_b && p.b_kn && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM &&
+         p.b.strides[1] == 1 && (bt == DType::kF32 || bt == DType::kBF16);
+}
+
+void run_gemv_kn(const GemmParams& p, const KernelTable& kt) {
+  const int64_t M = p.a.sizes[0], K = p.b.sizes[0], N = p.b.sizes[1];
+  const int64_t panels = (N + kNR - 1) / kNR;
+  const int64_t per_group = std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR);
+  const int64_t groups = (panels + per_group - 1) / per_group;
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (groups > 1)
+  for (int64_t q = 0; q < groups; ++q) {
+    alignas(64) float acc[kGemvRowsM * kGemvKnCols];
+    const int64_t j0 = q * per_group, j1 = std::min(panels, j0 + per_group);
+    GemvRowsArgs g;
+    g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;
+    g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
+    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR) * dtype_size(p.b.dtype);
+    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
+    kt.gemv_kn(g);
+    for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
+  }
+}
+
 template <const KernelTable& (*Table)()>
 Status run_blocked(const GemmParams& p, Workspace ws) {
   const KernelTable& kt = Table();
   if (gemv_rows_eligible(p, kt)) {
     if (p.a.sizes[0] > 0 && p.b.sizes[0] > 0) run_gemv_rows(p, kt);
+    return Status::Ok();
+  }
+  if (gemv_kn_eligible(p, kt)) {
+    if (p.a.sizes[0] > 0 && p.b.sizes[1] > 0) run_gemv_kn(p, kt);
     return Status::Ok();
   }
   const bool use_amx = kt.amx_block && amx_eligible(p);

@@ -201,9 +201,9 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   run_case(ctx, r, fns, peers, flops, wbytes);
 }
 
-// Decode against unpacked [N, K] bf16 weights (no pack_weights at load): the same bytes
-// per call as the packed row, rotated over copies of the raw weights.
-void bench_gemv_unpacked(bench::Context& ctx) {
+// Decode against unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn):
+// the same bytes per call as the packed row, rotated over copies of the raw weights.
+void bench_gemv_unpacked(bench::Context& ctx, bool kn) {
   const int64_t M = 1, N = 4096, K = 4096;
   const double wbytes = double(N * K) * 2;
   const int copies = int((int64_t(bench::dram_working_set()) + int64_t(wbytes) - 1) / int64_t(wbytes)) + 1;
@@ -215,12 +215,13 @@ void bench_gemv_unpacked(bench::Context& ctx) {
   }
   std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
   testing::fill_bf16(a.data(), M * K, rng);
-  GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}), .b = make_view(w[0]->data(), DType::kBF16, {N, K}),
-               .c = make_view(c.data(), DType::kBF16, {M, N})};
+  GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}),
+               .b = kn ? make_view(w[0]->data(), DType::kBF16, {K, N}) : make_view(w[0]->data(), DType::kBF16, {N, K}),
+               .c = make_view(c.data(), DType::kBF16, {M, N}), .b_kn = kn};
   std::vector<uint8_t> ws(gemm_workspace_size(p));
   size_t i = 0;
-  bench::Record r{.op = "gemm", .case_ = shape_case("bf16", M, N, K) + " packed=0", .impl = "optx", .roof = bench::Roof::kMemory};
-  r.note = std::to_string(copies) + " weight copies rotated, unpacked";
+  bench::Record r{.op = "gemm", .case_ = shape_case("bf16", M, N, K) + " packed=0" + (kn ? " kn=1" : ""), .impl = "optx", .roof = bench::Roof::kMemory};
+  r.note = std::to_string(copies) + " weight copies rotated, unpacked" + (kn ? " [K, N]" : "");
   r.peak_bytes = double(ws.size());
   run_case(ctx, r, {[&] {
              p.b.data = w[i++ % w.size()]->data();
@@ -235,7 +236,8 @@ void bench_gemm(bench::Context& ctx) {
   bench_gemv(ctx, DType::kBF16, 1);
   bench_gemv(ctx, DType::kI8, 1);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
-  if (!ctx.quick) bench_gemv_unpacked(ctx);
+  if (!ctx.quick) bench_gemv_unpacked(ctx, false);
+  if (!ctx.quick) bench_gemv_unpacked(ctx, true);
 }
 
 OPTX_REGISTER_BENCH("gemm", bench_gemm);

@@ -87,7 +87,11 @@ using Gemv4Fn = void (*)(const Gemv4Args&);
 // A times nb (<= kNR) rows of B ([N, K] with unit K stride, f32 or bf16), each dot product
 // over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
 // no packing pass runs for a call that reads each weight once.
+// gemv_kn takes the same arguments for B [K, N] with unit N stride (b: element (k, n0) at
+// b + k * ldb): nb <= kGemvKnCols columns, the 64-column panel q of them in acc + q * m *
+// kNR (row stride kNR). Each output sums over k in order.
 inline constexpr int kGemvRowsM = 8;
+inline constexpr int kGemvKnCols = 32 * kNR;
 struct GemvRowsArgs {
   int m, nb;
   int64_t K;
@@ -137,6 +141,7 @@ struct KernelTable {
   // returns false and writes nothing.
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
+  void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is

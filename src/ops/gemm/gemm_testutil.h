@@ -23,7 +23,7 @@ struct Case {
   DType a = DType::kF32, b = DType::kF32, c = DType::kF32;
   bool packed = true;
   bool b_kn = false;
-  int64_t lda_pad = 0, ldc_pad = 0;  // extra elements per row (strided views)
+  int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // extra elements per row (strided views; B unpacked)
   float alpha = 1.0f, beta = 0.0f;
   Bias bias = Bias::kNone;
   bool swiglu = false;  // B is [gate; up] (N = 2I), C [M, I] = silu(A gate^T) * (A up^T)
@@ -32,7 +32,7 @@ struct Case {
   std::string name() const {
     std::ostringstream os;
     os << "a=" << dtype_name(a) << " b=" << dtype_name(b) << " c=" << dtype_name(c) << " M=" << M << " N=" << N
-       << " K=" << K << " packed=" << packed << " kn=" << b_kn << " lda_pad=" << lda_pad << " ldc_pad=" << ldc_pad
+       << " K=" << K << " packed=" << packed << " kn=" << b_kn << " lda_pad=" << lda_pad << " ldb_pad=" << ldb_pad << " ldc_pad=" << ldc_pad
        << " alpha=" << alpha << " beta=" << beta << " bias="
        << (bias == Bias::kNone ? "none" : bias == Bias::kF32 ? "f32" : "bf16") << (swiglu ? " act=swiglu" : "")
        << (layout == PackLayout::kPanels ? " layout=panels" : layout == PackLayout::kStrips ? " layout=strips" : "");
@@ -98,18 +98,21 @@ inline Outcome run_case(const dispatch::Impl<GemmFn>& impl, const Case& cs, uint
 
   GemmParams p;
   p.a = make_view(A.data(cs.a), cs.a, {M, K}, {lda, 1});
-  TensorView bview = cs.b_kn ? make_view(nullptr, cs.b, {K, N}) : make_view(nullptr, cs.b, {N, K});
+  // B as stored: [N, K] or [K, N], rows ldb_pad elements apart beyond their length.
+  const int64_t b_rows = cs.b_kn ? K : N, b_cols = cs.b_kn ? N : K, ldb = b_cols + cs.ldb_pad;
+  TensorView bview = make_view(nullptr, cs.b, {b_rows, b_cols}, {ldb, 1});
   std::vector<float> bt_f32;
   std::vector<uint16_t> bt_b16;
   std::vector<int8_t> bt_i8;
-  if (cs.b_kn) {  // store the same logical matrix transposed
-    const size_t n = size_t(std::max<int64_t>(N * K, 1));
+  if (cs.b_kn || cs.ldb_pad > 0) {  // store the same logical matrix transposed and / or padded
+    const size_t n = size_t(std::max<int64_t>(b_rows * ldb, 1));
     bt_f32.resize(cs.b == DType::kF32 ? n : 0);
-    bt_b16.resize(cs.b == DType::kBF16 ? n : 0);
+    bt_b16.resize(cs.b == DType::kBF16 ? n : 0, 0x7fc0);  // padding: NaN, never read
     bt_i8.resize(cs.b == DType::kI8 ? n : 0);
+    std::fill(bt_f32.begin(), bt_f32.end(), std::numeric_limits<float>::quiet_NaN());
     for (int64_t n_ = 0; n_ < N; ++n_)
       for (int64_t k = 0; k < K; ++k) {
-        const size_t src = size_t(n_ * K + k), dst = size_t(k * N + n_);
+        const size_t src = size_t(n_ * K + k), dst = size_t(cs.b_kn ? k * ldb + n_ : n_ * ldb + k);
         if (cs.b == DType::kF32) bt_f32[dst] = B.f32[src];
         else if (cs.b == DType::kBF16) bt_b16[dst] = B.b16[src];
         else bt_i8[dst] = B.i8[src];
