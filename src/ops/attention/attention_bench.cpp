@@ -8,7 +8,11 @@
 // at a time — all 16 at once would need 16x that).
 // paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
 // K/V (latent) bytes read; sequences rotate over enough copies that the working set
-// spans bench::dram_working_set() (twice the LLC).
+// spans bench::dram_working_set() (twice the LLC). Against `basic` (BasicDecode): gather
+// the sequence's blocks into contiguous K / V, then per KV head (and new token) optx's
+// GEMM into f32 scores, softmax to bf16 P, optx's GEMM for P V; peak_bytes: its gathered
+// copies, scores, P and GEMM workspace. The i8-cache rows have no basic (it would
+// dequantise first; their note gives tokens/s against the bf16 cache).
 #include <omp.h>
 
 #include <algorithm>
@@ -110,6 +114,61 @@ void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int64_t strid
   for (int64_t s = 0; s < rows; ++s) numerics::quantize_row_i8(x + s * stride, width, q + s * width, scales + s);
 }
 
+// `basic` decode: the composition a framework runs for one sequence whose KV sits in a
+// paged pool. Its keys are first gathered into contiguous [n, heads * D] buffers (one
+// memcpy per block), then each query-row group attends over them:
+//   S = scale Q K^T     optx GEMM into [rows, n] f32 scores (M = rows, B = K's [n, D] rows),
+//   P = softmax(S)      per row, written as bf16,
+//   O = P V             optx GEMM, V read as [K = n, N = Dv].
+// Buffers (gathered K / V, scores, P, GEMM workspace) are allocated once outside the timed
+// calls and sized for the longest row group.
+struct BasicDecode {
+  int64_t ctx = 0, ld_k = 0, ld_v = 0;
+  bench::Buffer k, v, scores, probs;  // v: empty when V is the first Dv values of K's rows
+  std::vector<uint8_t> gws;
+  int threads = 1;
+  // v_width 0: V is part of K's gathered rows (MLA's latent).
+  BasicDecode(int64_t ctx_len, int64_t k_width, int64_t v_width, int64_t rows, int64_t D, int64_t Dv, int th)
+      : ctx(ctx_len), ld_k(k_width), ld_v(v_width ? v_width : k_width), k(size_t(ctx_len * k_width) * 2),
+        v(size_t(ctx_len * v_width) * 2), scores(size_t(rows * ctx_len) * 4), probs(size_t(rows * ctx_len) * 2), threads(th) {
+    gws.resize(std::max(gemm_workspace_size(qk(nullptr, rows, D, 0, ctx_len, 1.0f)),
+                        gemm_workspace_size(pv(rows, 0, Dv, ctx_len, nullptr))));
+  }
+  double bytes() const { return double(k.bytes() + v.bytes() + scores.bytes() + probs.bytes() + gws.size()); }
+
+  // The sequence's first n_blocks blocks of `pool` (blocks of bs rows of `width` bf16
+  // values) into dst.
+  void gather(const uint16_t* pool, int64_t width, const int32_t* table, int64_t n_blocks, int64_t bs, uint16_t* dst) const {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n_blocks; ++i)
+      std::memcpy(dst + i * bs * width, pool + int64_t(table[i]) * bs * width, size_t(bs * width) * 2);
+  }
+  // O [rows, Dv] (bf16, contiguous) of q [rows, D] over the first n gathered keys: K's
+  // values at k_off in each gathered row, V's at v_off in V's (or K's) rows.
+  void attend(uint16_t* q, int64_t rows, int64_t D, int64_t k_off, int64_t v_off, int64_t Dv, int64_t n, float scale,
+              uint16_t* out) {
+    bench::check(gemm(qk(q, rows, D, k_off, n, scale), {gws.data(), gws.size()}));
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = scores.as<float>() + r * ctx;
+      bench::basic::softmax_f32(s, s, n);
+      bench::basic::f32_to_bf16_op(s, probs.as<uint16_t>() + r * ctx, n);
+    }
+    bench::check(gemm(pv(rows, v_off, Dv, n, out), {gws.data(), gws.size()}));
+  }
+
+ private:
+  GemmParams qk(uint16_t* q, int64_t rows, int64_t D, int64_t k_off, int64_t n, float scale) const {
+    return {.a = make_view(q, DType::kBF16, {rows, D}), .b = make_view(k.as<uint16_t>() + k_off, DType::kBF16, {n, D}, {ld_k, 1}),
+            .c = make_view(scores.data(), DType::kF32, {rows, n}, {ctx, 1}), .alpha = scale};
+  }
+  GemmParams pv(int64_t rows, int64_t v_off, int64_t Dv, int64_t n, uint16_t* out) const {
+    uint16_t* vb = (v.bytes() ? v.as<uint16_t>() : k.as<uint16_t>()) + v_off;
+    return {.a = make_view(probs.data(), DType::kBF16, {rows, n}, {ctx, 1}), .b = make_view(vb, DType::kBF16, {n, Dv}, {ld_v, 1}),
+            .c = make_view(out, DType::kBF16, {rows, Dv}), .b_kn = true};
+  }
+};
+
 // GQA decode: B sequences of ctx tokens in a pool; `copies` disjoint sets of block
 // tables rotate so the bytes come from DRAM. with_i8: also the i8 caches of the same
 // values (kv_cache_write's layout), timed alternately with the bf16 ones. Sq: new tokens per
@@ -155,18 +214,41 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   r.peak_bytes = r8.peak_bytes = double(ws.size());
   const std::string note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   r.note = note;
-  int set = 0, set8 = 0;
+  int set = 0, set8 = 0, set_b = 0;
   auto bf16_call = [&] { bench::check(paged_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); };
+
+  const int64_t G = Hq / Hkv;
+  BasicDecode basic(ctx_len, Hkv * D, Hkv * Dv, G, D, Dv, ctx.threads);
+  std::vector<uint16_t> basic_out(out.size());
+  bench::Record b{.op = op, .case_ = r.case_, .impl = "basic", .roof = bench::Roof::kMemory};
+  b.peak_bytes = basic.bytes();
+  b.note = "per sequence: gather blocks -> contiguous K, V; per KV head and new token: GEMM -> f32 scores, softmax -> bf16 P, GEMM";
+  auto basic_call = [&] {
+    const int c = set_b++ % copies;
+    const float scale = 1.0f / std::sqrt(float(D));
+    for (int64_t s = 0; s < B; ++s) {
+      const int32_t* table = tables[size_t(c)].data() + s * blocks_per_seq;
+      basic.gather(kc.as<uint16_t>(), Hkv * D, table, blocks_per_seq, bs, basic.k.as<uint16_t>());
+      basic.gather(vc.as<uint16_t>(), Hkv * Dv, table, blocks_per_seq, bs, basic.v.as<uint16_t>());
+      for (int64_t t = 0; t < Sq; ++t)  // new token t sees the keys up to its own position
+        for (int64_t g = 0; g < Hkv; ++g) {
+          const int64_t row = (s * Sq + t) * Hq + g * G;
+          basic.attend(q.data() + row * D, G, D, g * D, g * Dv, Dv, ctx_len - Sq + 1 + t, scale, basic_out.data() + row * Dv);
+        }
+    }
+  };
   if (!with_i8) {
-    ctx.add(r, ctx.time_it(bf16_call), 0, kv_bytes);
+    ctx.add_interleaved(r, bf16_call, b, basic_call, 0, kv_bytes);
     return;
   }
-  const auto tm = ctx.time_interleaved({bf16_call, [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); }});
+  const auto tm = ctx.time_interleaved(
+      {bf16_call, [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); }, basic_call});
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
   r8.note = note + ratio;
   ctx.add(r, tm[0], 0, kv_bytes);
   ctx.add(r8, tm[1], 0, i8_bytes);
+  ctx.add(b, tm[2], 0, kv_bytes);
 }
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
@@ -205,10 +287,19 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   std::vector<uint8_t> ws(std::max(mla_decode_attention_workspace_size(params(false, 0)), mla_decode_attention_workspace_size(params(true, 0))));
   r.peak_bytes = r8.peak_bytes = double(ws.size());
-  int set = 0, set8 = 0;
+  BasicDecode basic(ctx_len, D, 0, H, D, Dv, ctx.threads);
+  std::vector<uint16_t> basic_out(out.size());
+  bench::Record b{.op = op, .case_ = r.case_, .impl = "basic", .roof = bench::Roof::kMemory};
+  b.peak_bytes = basic.bytes();
+  b.note = "gather blocks -> contiguous latent; GEMM -> f32 scores, softmax -> bf16 P, GEMM with the latent as V";
+  int set = 0, set8 = 0, set_b = 0;
   const auto tm = ctx.time_interleaved({
       [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); },
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
+      [&] {
+        basic.gather(kc.as<uint16_t>(), D, tables[size_t(set_b++ % copies)].data(), blocks, bs, basic.k.as<uint16_t>());
+        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
+      },
   });
   char note[96];
   std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);
@@ -216,6 +307,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   r8.note = std::string(selected_impl(op)) + note;
   ctx.add(r, tm[0], 0, bf16_bytes);
   ctx.add(r8, tm[1], 0, i8_bytes);
+  ctx.add(b, tm[2], 0, bf16_bytes);
 }
 
 void bench_attention(bench::Context& ctx) {
