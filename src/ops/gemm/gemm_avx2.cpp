@@ -324,6 +324,57 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
     for (int64_t n = 0; n < kNR; ++n) scalar(kk, n);
 }
 
+// An unpacked bf16 B block into a pair panel [kc/2][64][2] (KernelTable::pack_pairs): the
+// element loop of pack_panel moved 0.8 GB/s, so a call with unpacked weights and M of a
+// few tens spent more time packing than multiplying. [K, N]: rows k and k + 1 interleaved
+// by 16-bit unpacks; [N, K]: a (k, k + 1) pair is one dword of B's row, so the panel is the
+// [N, K/2] dword matrix transposed, 8 x 8 at a time.
+void pack_pairs_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) {
+  const PanelSource<uint16_t> in(b, kn, j);
+  const uint16_t* src = in.src;
+  const int64_t sn = in.sn, sk = in.sk, n0 = in.n0, ncols = in.ncols;
+  const int64_t kpairs = (kc + 1) / 2;
+  const int64_t full = std::max<int64_t>(0, std::min(kc, in.K - k0)) / 2;  // pairs with both k inside B
+  auto at = [&](int64_t pr, int64_t n) { return dst + pr * 2 * kNR + 2 * n; };
+  int64_t pv = 0, nv = 0;  // pairs x columns done by vectors
+  if (kn) {
+    nv = ncols / 16 * 16;
+    for (; pv < full; ++pv) {
+      const uint16_t* r0 = src + (k0 + 2 * pv) * sk + n0;
+      for (int64_t n = 0; n < nv; n += 16) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + n));
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + sk + n));
+        const __m256i lo = _mm256_unpacklo_epi16(a, c), hi = _mm256_unpackhi_epi16(a, c);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(pv, n)), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(pv, n + 8)), _mm256_permute2x128_si256(lo, hi, 0x31));
+      }
+    }
+  } else {
+    nv = ncols / 8 * 8;
+    for (; pv + 8 <= full; pv += 8)
+      for (int64_t n = 0; n < nv; n += 8) {
+        __m256 x[8];
+        for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + (n0 + n + i) * sn + k0 + 2 * pv));
+        simd::Avx2::transpose8(x);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(reinterpret_cast<float*>(at(pv + i, n)), x[i]);
+      }
+  }
+  auto scalar = [&](int64_t pr, int64_t n) {
+    at(pr, n)[0] = in.value(n, k0 + 2 * pr);
+    at(pr, n)[1] = in.value(n, k0 + 2 * pr + 1);
+  };
+  for (int64_t pr = 0; pr < pv; ++pr)  // those pairs' remaining and zero columns
+    for (int64_t n = nv; n < kNR; ++n) scalar(pr, n);
+  for (int64_t pr = pv; pr < kpairs; ++pr)
+    for (int64_t n = 0; n < kNR; ++n) scalar(pr, n);
+}
+
+bool pack_pairs(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) {
+  if (b.dtype != DType::kBF16 || b.strides[1] != 1) return false;
+  pack_pairs_t(b, kn, j, k0, kc, dst);
+  return true;
+}
+
 bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) {
   if (b.strides[1] != 1) return false;  // the vector loads read along K ([N, K]) or N ([K, N])
   if (b.dtype == DType::kF32) pack_strips_t<float>(b, kn, j, k0, kc, dst);
@@ -538,7 +589,8 @@ const KernelTable& kernels_avx2() {
   static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
                              .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
                              .gemv4_bf16b = avx2::gemv4_bf16b, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
-                             .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows, .gemv_kn = avx2::gemv_kn};
+                             .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows, .gemv_kn = avx2::gemv_kn,
+                             .pack_pairs = avx2::pack_pairs};
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -142,6 +142,9 @@ struct KernelTable {
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
   void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
+  // Optional: pack_panel for an unpacked bf16 B with unit inner stride, the same bytes;
+  // other dtypes or strides: returns false and writes nothing.
+  bool (*pack_pairs)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) = nullptr;
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is

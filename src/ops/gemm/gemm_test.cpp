@@ -323,6 +323,37 @@ TEST(Gemm, StripLayoutPacksTheSameMatrix) {
   EXPECT_EQ(st.message(), "pack_weights: layout=strips needs f32 weights, got w.dtype=bf16");
 }
 
+// The selected kernels' vector packer for unpacked bf16 B (KernelTable::pack_pairs) writes
+// the bytes of pack_panel's element loop: both layouts, padded rows, N and K tails, odd
+// K, whole K padded past B (pack_weights) and a K block from the middle (the blocked
+// driver); every panel byte is compared, over buffers poisoned differently.
+TEST(Gemm, Bf16PairPackerMatchesTheElementLoop) {
+  const KernelTable* kt = selected_table();
+  if (!kt || !kt->pack_pairs) GTEST_SKIP() << "no vector bf16 packer in " << selected_impl("gemm");
+  testing::Rng rng(9);
+  for (bool kn : {false, true})
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{70, 37}, {64, 16}, {13, 1}, {131, 100}, {200, 64}})
+      for (int64_t pad : {0, 3}) {
+        const int64_t rows = kn ? K : N, cols = kn ? N : K, ld = cols + pad;
+        std::vector<uint16_t> w(size_t(rows * ld));
+        testing::fill_bf16(w.data(), rows * ld, rng);
+        const TensorView b = make_view(w.data(), DType::kBF16, {rows, cols}, {ld, 1});
+        std::vector<std::pair<int64_t, int64_t>> blocks = {{0, (K + 31) / 32 * 32}};
+        if (K > 32) blocks.push_back({16, 16});
+        for (auto [k0, kc] : blocks)
+          for (int64_t j = 0; j < (N + kNR - 1) / kNR; ++j) {
+            const size_t n = size_t((kc + 1) / 2 * 2 * kNR);
+            std::vector<uint16_t> fast(n, 0x1234), slow(n, 0x4321);
+            ASSERT_TRUE(kt->pack_pairs(b, kn, j, k0, kc, fast.data()));
+            pack_panel(b, kn, j, k0, kc, slow.data());
+            ASSERT_EQ(fast, slow) << "kn=" << kn << " N=" << N << " K=" << K << " pad=" << pad << " k0=" << k0 << " j=" << j;
+          }
+      }
+  std::vector<float> f(64 * 16);
+  std::vector<uint16_t> dst(64 * 16);
+  EXPECT_FALSE(kt->pack_pairs(make_view(f.data(), DType::kF32, {64, 16}), false, 0, 0, 16, dst.data()));
+}
+
 TEST(Gemm, PackedGroupOfMatrices) {
   // [E, N, K] packs into E independent matrices, each equal to packing its slice alone.
   const int64_t E = 3, N = 70, K = 11;
