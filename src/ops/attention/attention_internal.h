@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "dispatch/registry.h"
 #include "optx/attention.h"
@@ -291,6 +292,16 @@ inline bool visible(const Config& c, int64_t qpos, int64_t offset, int64_t j) {
   if (c.window_left >= 0 && j < d - c.window_left) return false;
   if (c.window_right >= 0 && j > d + c.window_right) return false;
   return true;
+}
+// The keys of the block kb .. kb + n - 1 that visible() admits: kb + [a, b), a <= b.
+inline std::pair<int64_t, int64_t> visible_keys(const Config& c, int64_t qpos, int64_t offset, int64_t kb, int64_t n) {
+  const int64_t d = qpos + offset - kb;  // the diagonal, relative to the block
+  int64_t a = 0, b = n;
+  if (c.causal) b = std::min(b, d + 1);
+  if (c.window_right >= 0) b = std::min(b, d + c.window_right + 1);
+  if (c.window_left >= 0) a = std::max(a, d - c.window_left);
+  b = std::max<int64_t>(b, 0);
+  return {std::min(a, b), b};
 }
 
 }  // namespace optx::attn_detail

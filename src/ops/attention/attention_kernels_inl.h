@@ -329,13 +329,20 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       const Row& row = j.rows[r];
       float* s = S + r * kKvBlock;
       float bmax = -INFINITY;
-      if (c.softcap == 0.0f && !row.bias && !row.mask && visible(c, row.qpos, j.offset, kb) &&
-          visible(c, row.qpos, j.offset, kb + n - 1)) {  // visibility is an interval of keys
+      if (c.softcap == 0.0f && !row.bias && !row.mask) {
+        // Causal / window visibility is an interval of keys: the rest of the block is
+        // masked by two fills, and the max runs in vectors. (Each row meets partly
+        // visible blocks around its diagonal; they went key by key through the generic
+        // loop below: causal bf16 prefill, 16 heads, alternating in one process, S = 2048
+        // / 4096 +1 to +3.5%.)
+        const auto [a, b] = visible_keys(c, row.qpos, j.offset, kb, n);
+        std::fill(s, s + a, -INFINITY);
+        std::fill(s + b, s + n, -INFINITY);
         auto vmax = V::set1(-INFINITY);
-        int64_t jj = 0;
-        for (; jj + V::W <= n; jj += V::W) vmax = V::max(vmax, V::load(s + jj));
+        int64_t jj = a;
+        for (; jj + V::W <= b; jj += V::W) vmax = V::max(vmax, V::load(s + jj));
         bmax = V::reduce_max(vmax);
-        for (; jj < n; ++jj) bmax = std::max(bmax, s[jj]);
+        for (; jj < b; ++jj) bmax = std::max(bmax, s[jj]);
       } else
       for (int64_t jj = 0; jj < n; ++jj) {
         const int64_t key = kb + jj;
