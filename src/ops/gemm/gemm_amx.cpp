@@ -159,18 +159,18 @@ void amx_release() {
 
 namespace optx::gemm_detail {
 const KernelTable& kernels_amx() {
-  static const KernelTable t{.f32b = amx::kern_f32,
-                             .bf16b = amx::kern_bf16b,
-                             .i8b = amx::kern_i8b,
-                             .bf16dp = nullptr,
-                             .epilogue = amx::epilogue,
-                             .amx_block = amx::amx_block,
-                             .amx_release = amx::amx_release,
-                             .gemv4_f32 = amx::gemv4_f32,
-                             .gemv4_i8b = amx::gemv4_i8b,
-                             .gemv4_bf16b = amx::gemv4_bf16b,
-                             .gemv2_bf16b = {amx::gemv2_bf16b<2>, amx::gemv2_bf16b<3>},
-                             .f32b_out = amx::kern_f32_out};
+  static const KernelTable t = with_avx2_unpacked_paths({.f32b = amx::kern_f32,
+                                                          .bf16b = amx::kern_bf16b,
+                                                          .i8b = amx::kern_i8b,
+                                                          .bf16dp = nullptr,
+                                                          .epilogue = amx::epilogue,
+                                                          .amx_block = amx::amx_block,
+                                                          .amx_release = amx::amx_release,
+                                                          .gemv4_f32 = amx::gemv4_f32,
+                                                          .gemv4_i8b = amx::gemv4_i8b,
+                                                          .gemv4_bf16b = amx::gemv4_bf16b,
+                                                          .gemv2_bf16b = {amx::gemv2_bf16b<2>, amx::gemv2_bf16b<3>},
+                                                          .f32b_out = amx::kern_f32_out});
   return t;
 }
 }  // namespace optx::gemm_detail

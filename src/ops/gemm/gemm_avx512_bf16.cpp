@@ -4,16 +4,16 @@
 
 namespace optx::gemm_detail {
 const KernelTable& kernels_avx512_bf16() {
-  static const KernelTable t{.f32b = avx512_bf16::kern_f32,
-                             .bf16b = avx512_bf16::kern_bf16b,
-                             .i8b = avx512_bf16::kern_i8b,
-                             .bf16dp = avx512_bf16::kern_bf16dp,
-                             .epilogue = avx512_bf16::epilogue,
-                             .gemv4_f32 = avx512_bf16::gemv4_f32,
-                             .gemv4_i8b = avx512_bf16::gemv4_i8b,
-                             .gemv4_bf16b = avx512_bf16::gemv4_bf16b,
-                             .gemv2_bf16b = {avx512_bf16::gemv2_bf16b<2>, avx512_bf16::gemv2_bf16b<3>},
-                             .f32b_out = avx512_bf16::kern_f32_out};
+  static const KernelTable t = with_avx2_unpacked_paths({.f32b = avx512_bf16::kern_f32,
+                                                          .bf16b = avx512_bf16::kern_bf16b,
+                                                          .i8b = avx512_bf16::kern_i8b,
+                                                          .bf16dp = avx512_bf16::kern_bf16dp,
+                                                          .epilogue = avx512_bf16::epilogue,
+                                                          .gemv4_f32 = avx512_bf16::gemv4_f32,
+                                                          .gemv4_i8b = avx512_bf16::gemv4_i8b,
+                                                          .gemv4_bf16b = avx512_bf16::gemv4_bf16b,
+                                                          .gemv2_bf16b = {avx512_bf16::gemv2_bf16b<2>, avx512_bf16::gemv2_bf16b<3>},
+                                                          .f32b_out = avx512_bf16::kern_f32_out});
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -168,4 +168,15 @@ const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
 const KernelTable& kernels_amx();
 
+// t with the AVX2 unit's unpacked-B paths (gemv_rows, gemv_kn, pack_pairs), for the wider
+// units, which have none of their own: every AVX-512 CPU runs AVX2 code, and without them
+// a call against unpacked weights packed B element by element first (~1 GB/s).
+inline KernelTable with_avx2_unpacked_paths(KernelTable t) {
+  const KernelTable& a = kernels_avx2();
+  t.gemv_rows = a.gemv_rows;
+  t.gemv_kn = a.gemv_kn;
+  t.pack_pairs = a.pack_pairs;
+  return t;
+}
+
 }  // namespace optx::gemm_detail
