@@ -23,14 +23,17 @@ void verify_gemm(std::vector<verify::Record>& out) {
     int64_t pad;
     float alpha, beta;
     Bias bias;
+    bool kn;  // B stored [K, N]
   };
   const Shape shapes[] = {
-      {1, 1023, 1023, true, 0, 1.0f, 0.0f, Bias::kNone},      // decode GEMV
-      {16, 257, 511, true, 3, 1.0f, 1.0f, Bias::kF32},        // decode batch, beta
-      {33, 129, 257, false, 0, -2.0f, 0.5f, Bias::kBF16},     // unpacked B
-      {113, 17, 1023, true, 1, 1.0f, 0.0f, Bias::kF32},       // long K, narrow N
-      {130, 200, 64, false, 0, 1e3f, 0.0f, Bias::kNone},      // large magnitude outputs
-      {1023, 7, 17, true, 0, 1.0f, 0.0f, Bias::kNone},        // tall, tiny N and K
+      {1, 1023, 1023, true, 0, 1.0f, 0.0f, Bias::kNone, false},     // decode GEMV
+      {16, 257, 511, true, 3, 1.0f, 1.0f, Bias::kF32, false},       // decode batch, beta
+      {33, 129, 257, false, 0, -2.0f, 0.5f, Bias::kBF16, true},     // unpacked B [K, N]
+      {4, 1023, 1025, false, 2, 1.0f, 0.5f, Bias::kF32, false},     // decode, unpacked [N, K]
+      {3, 1030, 1023, false, 3, 1.0f, 0.0f, Bias::kNone, true},     // decode, unpacked [K, N] (P V)
+      {113, 17, 1023, true, 1, 1.0f, 0.0f, Bias::kF32, false},      // long K, narrow N
+      {130, 200, 64, false, 0, 1e3f, 0.0f, Bias::kNone, false},     // large magnitude outputs
+      {1023, 7, 17, true, 0, 1.0f, 0.0f, Bias::kNone, false},       // tall, tiny N and K
   };
   for (const auto* impl : registry().runnable()) {
     for (const auto& t : combos) {
@@ -41,10 +44,11 @@ void verify_gemm(std::vector<verify::Record>& out) {
         c.packed = s.packed;
         c.lda_pad = s.pad;
         c.ldc_pad = s.pad;
+        c.ldb_pad = s.packed ? 0 : s.pad;
         c.alpha = s.alpha;
         c.beta = s.beta;
         c.bias = s.bias;
-        c.b_kn = s.M == 33;  // one [K, N] layout per combination
+        c.b_kn = s.kn;
         const auto o = testutil::run_case(*impl, c, uint64_t(s.M * 131 + s.K));
         out.push_back(verify::make_record("gemm", impl->name, c.name(), o.status, o.cmp));
       }
