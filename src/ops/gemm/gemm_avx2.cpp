@@ -490,7 +490,7 @@ void gemv_kn_t(const GemvRowsArgs& g) {
   // prefetch cost 19-32%. From DRAM, alternating in one process, M = 4, N = 128, K = 8192,
   // rows 2 KiB apart: 624-759 -> 339-403 us.
   const bool prefetch = int64_t(g.nb) * int64_t(sizeof(TB)) * kKnBlock <= 16 * 1024;
-  for (int64_t kb = 0; kb < g.K; kb += kKnBlock) {
+  for (int64_t kb = 0; kb < g.K || kb == 0; kb += kKnBlock) {  // K = 0: one empty block zeroes acc
     const int64_t kcur = std::min(kKnBlock, g.K - kb);
     for (int r = 0; r < M; ++r)
       for (int64_t k = 0; k < kcur; ++k) af[r * kKnBlock + k] = simd::Scalar::load(a + r * g.lda + kb + k);

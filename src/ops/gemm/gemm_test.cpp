@@ -186,11 +186,15 @@ TEST(Gemm, EveryImplementationMatchesReference) {
 TEST(Gemm, ZeroSizedDimensions) {
   for (const auto* impl : registry().runnable()) {
     // K = 0 must still zero the accumulator tile (the workspace starts as NaN), for every
-    // weight dtype and for one and several row slices.
+    // weight dtype, one and several row slices, packed and unpacked B in both layouts
+    // (the unpacked decode paths too).
     for (auto [M, N, K] : {std::tuple{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {13, 70, 0}, {0, 0, 0}})
-      for (DType bt : {DType::kF32, DType::kBF16, DType::kI8}) {
+      for (DType bt : {DType::kF32, DType::kBF16, DType::kI8})
+        for (int layout = 0; layout < 3; ++layout) {  // packed, unpacked [N, K], unpacked [K, N]
         Case c;
         c.M = M, c.N = N, c.K = K;
+        c.packed = layout == 0;
+        c.b_kn = layout == 2;
         c.b = bt;
         c.bias = Bias::kF32;
         c.beta = 0.25f;
