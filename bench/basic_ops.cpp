@@ -70,6 +70,9 @@ OPTX_BASIC_OP void scale_f32(float* x, float s, int64_t n) {
 OPTX_BASIC_OP void mul_bf16(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(w[i]));
 }
+OPTX_BASIC_OP void dequant_i8_to_bf16(const int8_t* x, float s, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(float(x[i]) * s);
+}
 OPTX_BASIC_OP void mul_bf16_f32(const uint16_t* x, const float* c, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(bf16_to_f32(x[i]) * c[i]);
 }

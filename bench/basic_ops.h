@@ -36,6 +36,8 @@ void softmax_f32(const float* x, float* y, int64_t n);
 void axpy_bf16_f32(float w, const uint16_t* y, float* acc, int64_t n);
 // y = bf16(a + b) with a f32 and b bf16.
 void add_f32_bf16_to_bf16(const float* a, const uint16_t* b, uint16_t* y, int64_t n);
+// y = bf16(x * s): an int8 row dequantised with its scale (a cast and a multiply, one pass).
+void dequant_i8_to_bf16(const int8_t* x, float s, uint16_t* y, int64_t n);
 
 // int8 quantisation as eager ops: abs-max per row, x / scale into f32, round and clamp in
 // place, cast to int8. Written to vectorise without fast-math, as a framework's kernels

@@ -11,8 +11,8 @@
 // spans bench::dram_working_set() (twice the LLC). Against `basic` (BasicDecode): gather
 // the sequence's blocks into contiguous K / V, then per KV head (and new token) optx's
 // GEMM into f32 scores, softmax to bf16 P, optx's GEMM for P V; peak_bytes: its gathered
-// copies, scores, P and GEMM workspace. The i8-cache rows have no basic (it would
-// dequantise first; their note gives tokens/s against the bf16 cache).
+// copies, scores, P and GEMM workspace. The i8-cache rows' basic dequantises the rows to
+// bf16 as it gathers them.
 #include <omp.h>
 
 #include <algorithm>
@@ -143,6 +143,16 @@ struct BasicDecode {
     for (int64_t i = 0; i < n_blocks; ++i)
       std::memcpy(dst + i * bs * width, pool + int64_t(table[i]) * bs * width, size_t(bs * width) * 2);
   }
+  // The same from an i8 pool (per-token scales): each row dequantised to bf16 on the way.
+  void gather_i8(const int8_t* pool, const float* scales, int64_t width, const int32_t* table, int64_t n_blocks, int64_t bs,
+                 uint16_t* dst) const {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n_blocks; ++i)
+      for (int64_t t = 0; t < bs; ++t) {
+        const int64_t slot = int64_t(table[i]) * bs + t;
+        bench::basic::dequant_i8_to_bf16(pool + slot * width, scales[slot], dst + (i * bs + t) * width, width);
+      }
+  }
   // O [rows, Dv] (bf16, contiguous) of q [rows, D] over the first n gathered keys: K's
   // values at k_off in each gathered row, V's at v_off in V's (or K's) rows.
   void attend(uint16_t* q, int64_t rows, int64_t D, int64_t k_off, int64_t v_off, int64_t Dv, int64_t n, float scale,
@@ -223,13 +233,18 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   bench::Record b{.op = op, .case_ = r.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b.peak_bytes = basic.bytes();
   b.note = "per sequence: gather blocks -> contiguous K, V; per KV head and new token: GEMM -> f32 scores, softmax -> bf16 P, GEMM";
-  auto basic_call = [&] {
-    const int c = set_b++ % copies;
+  // i8: the blocks dequantised to bf16 while gathered, then the same.
+  auto basic_seqs = [&](bool i8, int c) {
     const float scale = 1.0f / std::sqrt(float(D));
     for (int64_t s = 0; s < B; ++s) {
       const int32_t* table = tables[size_t(c)].data() + s * blocks_per_seq;
-      basic.gather(kc.as<uint16_t>(), Hkv * D, table, blocks_per_seq, bs, basic.k.as<uint16_t>());
-      basic.gather(vc.as<uint16_t>(), Hkv * Dv, table, blocks_per_seq, bs, basic.v.as<uint16_t>());
+      if (i8) {
+        basic.gather_i8(k8->as<int8_t>(), ks->as<float>(), Hkv * D, table, blocks_per_seq, bs, basic.k.as<uint16_t>());
+        basic.gather_i8(v8->as<int8_t>(), vs->as<float>(), Hkv * Dv, table, blocks_per_seq, bs, basic.v.as<uint16_t>());
+      } else {
+        basic.gather(kc.as<uint16_t>(), Hkv * D, table, blocks_per_seq, bs, basic.k.as<uint16_t>());
+        basic.gather(vc.as<uint16_t>(), Hkv * Dv, table, blocks_per_seq, bs, basic.v.as<uint16_t>());
+      }
       for (int64_t t = 0; t < Sq; ++t)  // new token t sees the keys up to its own position
         for (int64_t g = 0; g < Hkv; ++g) {
           const int64_t row = (s * Sq + t) * Hq + g * G;
@@ -237,18 +252,25 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
         }
     }
   };
+  auto basic_call = [&] { basic_seqs(false, set_b++ % copies); };
   if (!with_i8) {
     ctx.add_interleaved(r, bf16_call, b, basic_call, 0, kv_bytes);
     return;
   }
-  const auto tm = ctx.time_interleaved(
-      {bf16_call, [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); }, basic_call});
+  int set_b8 = 0;
+  bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
+  b8.peak_bytes = basic.bytes();
+  b8.note = "as the bf16 cache's basic, the rows dequantised to bf16 while gathered";
+  const auto tm = ctx.time_interleaved({bf16_call,
+                                        [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
+                                        basic_call, [&] { basic_seqs(true, set_b8++ % copies); }});
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
   r8.note = note + ratio;
   ctx.add(r, tm[0], 0, kv_bytes);
   ctx.add(r8, tm[1], 0, i8_bytes);
   ctx.add(b, tm[2], 0, kv_bytes);
+  ctx.add(b8, tm[3], 0, i8_bytes);
 }
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
@@ -292,12 +314,31 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   bench::Record b{.op = op, .case_ = r.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b.peak_bytes = basic.bytes();
   b.note = "gather blocks -> contiguous latent; GEMM -> f32 scores, softmax -> bf16 P, GEMM with the latent as V";
-  int set = 0, set8 = 0, set_b = 0;
+  bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
+  b8.peak_bytes = basic.bytes();
+  b8.note = "as the bf16 cache's basic, the latent dequantised to bf16 (and the rope part copied) while gathered";
+  // The i8 layout's rows gathered into bf16 latent rows: the latent dequantised, the rope
+  // part copied behind it.
+  auto gather_i8 = [&](const int32_t* table) {
+    uint16_t* dst = basic.k.as<uint16_t>();
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (int64_t i = 0; i < blocks; ++i)
+      for (int64_t t = 0; t < bs; ++t) {
+        const int64_t slot = int64_t(table[i]) * bs + t, row = i * bs + t;
+        bench::basic::dequant_i8_to_bf16(lat.as<int8_t>() + slot * Dv, sc.as<float>()[slot], dst + row * D, Dv);
+        std::memcpy(dst + row * D + Dv, rc.as<uint16_t>() + slot * R, size_t(R) * 2);
+      }
+  };
+  int set = 0, set8 = 0, set_b = 0, set_b8 = 0;
   const auto tm = ctx.time_interleaved({
       [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); },
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
       [&] {
         basic.gather(kc.as<uint16_t>(), D, tables[size_t(set_b++ % copies)].data(), blocks, bs, basic.k.as<uint16_t>());
+        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
+      },
+      [&] {
+        gather_i8(tables[size_t(set_b8++ % copies)].data());
         basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
       },
   });
@@ -308,6 +349,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   ctx.add(r, tm[0], 0, bf16_bytes);
   ctx.add(r8, tm[1], 0, i8_bytes);
   ctx.add(b, tm[2], 0, bf16_bytes);
+  ctx.add(b8, tm[3], 0, i8_bytes);
 }
 
 void bench_attention(bench::Context& ctx) {
