@@ -428,12 +428,19 @@ void gemv_rows_m(const GemvRowsArgs& g) {
   }
 }
 
-void gemv_rows(const GemvRowsArgs& g) {
+// f(A element, B element) with value-initialised stand-ins of the GEMV's element types
+// (f32 or bf16 each).
+template <class F>
+void by_gemv_types(const GemvRowsArgs& g, F&& f) {
   const bool af = g.a_dtype == DType::kF32, bf = g.b_dtype == DType::kF32;
-  if (af && bf) gemv_rows_m<float, float>(g);
-  else if (af) gemv_rows_m<float, uint16_t>(g);
-  else if (bf) gemv_rows_m<uint16_t, float>(g);
-  else gemv_rows_m<uint16_t, uint16_t>(g);
+  if (af && bf) f(float{}, float{});
+  else if (af) f(float{}, uint16_t{});
+  else if (bf) f(uint16_t{}, float{});
+  else f(uint16_t{}, uint16_t{});
+}
+
+void gemv_rows(const GemvRowsArgs& g) {
+  by_gemv_types(g, [&](auto a, auto b) { gemv_rows_m<decltype(a), decltype(b)>(g); });
 }
 
 // B [K, N] (gemv_kn): B rows are read along N, so each k contributes one broadcast of
@@ -525,11 +532,7 @@ void gemv_kn_m(const GemvRowsArgs& g) {
 }
 
 void gemv_kn(const GemvRowsArgs& g) {
-  const bool af = g.a_dtype == DType::kF32, bf = g.b_dtype == DType::kF32;
-  if (af && bf) gemv_kn_m<float, float>(g);
-  else if (af) gemv_kn_m<float, uint16_t>(g);
-  else if (bf) gemv_kn_m<uint16_t, float>(g);
-  else gemv_kn_m<uint16_t, uint16_t>(g);
+  by_gemv_types(g, [&](auto a, auto b) { gemv_kn_m<decltype(a), decltype(b)>(g); });
 }
 
 #define OPTX_DISPATCH_M(KERN, ...)      \
