@@ -641,9 +641,9 @@ void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
 // The same for B [K, N] with unit N stride (KernelTable::gemv_kn): decode's P V, or
 // weights stored input-major. Packing them cost more still (0.8 GB/s: a [K, N] panel is
 // gathered a column at a time); M = 1, N = K = 4096 bf16 took 43.8 ms against 2.4 for the
-// same weights [N, K]. Each thread takes a contiguous run of up to kGemvKnCols columns, so
-// it reads one contiguous piece of every B row, in row order; every output is one
-// thread's sum in k order.
+// same weights [N, K]. Each thread takes a contiguous run of up to kGemvKnCols columns
+// (their accumulators, 64 KiB at 8 rows, on its stack), so it reads one contiguous piece
+// of every B row, in row order; every output is one thread's sum in k order.
 bool gemv_kn_eligible(const GemmParams& p, const KernelTable& kt) {
   const DType bt = p.b.dtype;
   return kt.gemv_kn && !p.packed_b && p.b_kn && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM &&
