@@ -5,6 +5,9 @@
 // implementation reads every packed layout (the grouped GEMM takes an array of
 // PackedMatrix too), so a model packs once; pack_weights picks, for f32, the layout the
 // implementation selected on this CPU reads fastest (PackLayout).
+// A plain (unpacked) f32 / bf16 B with unit inner stride: up to 8 rows of A (decode, or
+// attention's P V against a V slice as [K, N]) stream B in place in either layout; more
+// rows pack B first on every call, so weights that serve many calls belong packed.
 //
 // dtypes:  A f32  x B f32           -> C f32 | bf16
 //          A bf16 x B bf16          -> C f32 | bf16     (f32 accumulation)
