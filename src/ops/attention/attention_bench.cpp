@@ -143,14 +143,18 @@ struct BasicDecode {
     for (int64_t i = 0; i < n_blocks; ++i)
       std::memcpy(dst + i * bs * width, pool + int64_t(table[i]) * bs * width, size_t(bs * width) * 2);
   }
-  // The same from an i8 pool (per-token scales): each row dequantised to bf16 on the way.
+  // The same from an i8 pool (per-token scales): each row dequantised to bf16 on the way,
+  // and tail_width bf16 values of the slot's `tail` row copied behind it (MLA's rope part).
   void gather_i8(const int8_t* pool, const float* scales, int64_t width, const int32_t* table, int64_t n_blocks, int64_t bs,
-                 uint16_t* dst) const {
+                 uint16_t* dst, const uint16_t* tail = nullptr, int64_t tail_width = 0) const {
+    const int64_t ld = width + tail_width;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n_blocks; ++i)
       for (int64_t t = 0; t < bs; ++t) {
         const int64_t slot = int64_t(table[i]) * bs + t;
-        bench::basic::dequant_i8_to_bf16(pool + slot * width, scales[slot], dst + (i * bs + t) * width, width);
+        uint16_t* row = dst + (i * bs + t) * ld;
+        bench::basic::dequant_i8_to_bf16(pool + slot * width, scales[slot], row, width);
+        if (tail_width) std::memcpy(row + width, tail + slot * tail_width, size_t(tail_width) * 2);
       }
   }
   // O [rows, Dv] (bf16, contiguous) of q [rows, D] over the first n gathered keys: K's
@@ -317,18 +321,6 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the latent dequantised to bf16 (and the rope part copied) while gathered";
-  // The i8 layout's rows gathered into bf16 latent rows: the latent dequantised, the rope
-  // part copied behind it.
-  auto gather_i8 = [&](const int32_t* table) {
-    uint16_t* dst = basic.k.as<uint16_t>();
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (int64_t i = 0; i < blocks; ++i)
-      for (int64_t t = 0; t < bs; ++t) {
-        const int64_t slot = int64_t(table[i]) * bs + t, row = i * bs + t;
-        bench::basic::dequant_i8_to_bf16(lat.as<int8_t>() + slot * Dv, sc.as<float>()[slot], dst + row * D, Dv);
-        std::memcpy(dst + row * D + Dv, rc.as<uint16_t>() + slot * R, size_t(R) * 2);
-      }
-  };
   int set = 0, set8 = 0, set_b = 0, set_b8 = 0;
   const auto tm = ctx.time_interleaved({
       [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); },
@@ -338,7 +330,8 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
         basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
       },
       [&] {
-        gather_i8(tables[size_t(set_b8++ % copies)].data());
+        basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(set_b8++ % copies)].data(), blocks, bs,
+                        basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
         basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
       },
   });

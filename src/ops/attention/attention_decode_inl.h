@@ -206,10 +206,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   for (int r = 0; r < NR; ++r) {
     mrow[r] = -INFINITY, lrow[r] = 0.0f;
     q[r] = static_cast<const uint16_t*>(j.rows[r].q);
-    const int64_t d = j.rows[r].qpos + j.offset;
-    vhi[r] = c.causal ? d + 1 : INT64_MAX;
-    if (c.window_right >= 0) vhi[r] = std::min(vhi[r], d + c.window_right + 1);
-    vlo[r] = c.window_left >= 0 ? d - c.window_left : INT64_MIN;
+    const KeyRange v = visible_range(c, j.rows[r].qpos, j.offset);
+    vlo[r] = v.lo, vhi[r] = v.hi;
     top = std::max(top, vhi[r]), bottom = std::min(bottom, vlo[r]);
   }
   hi = std::min(hi, top), lo = std::max(lo, bottom);

@@ -286,22 +286,27 @@ Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws);
 Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws);
 
 // Visibility of key j for a row (position rules only; mask tensors apply separately).
-inline bool visible(const Config& c, int64_t qpos, int64_t offset, int64_t j) {
+// The keys a row at qpos sees, [lo, hi) (INT64_MIN / INT64_MAX where unbounded): causal
+// ends at its diagonal, a window bounds either side.
+struct KeyRange {
+  int64_t lo, hi;
+};
+inline KeyRange visible_range(const Config& c, int64_t qpos, int64_t offset) {
   const int64_t d = qpos + offset;  // the row's diagonal key position
-  if (c.causal && j > d) return false;
-  if (c.window_left >= 0 && j < d - c.window_left) return false;
-  if (c.window_right >= 0 && j > d + c.window_right) return false;
-  return true;
+  KeyRange r{c.window_left >= 0 ? d - c.window_left : INT64_MIN, c.causal ? d + 1 : INT64_MAX};
+  if (c.window_right >= 0) r.hi = std::min(r.hi, d + c.window_right + 1);
+  return r;
 }
-// The keys of the block kb .. kb + n - 1 that visible() admits: kb + [a, b), a <= b.
+inline bool visible(const Config& c, int64_t qpos, int64_t offset, int64_t j) {
+  const KeyRange r = visible_range(c, qpos, offset);
+  return j >= r.lo && j < r.hi;
+}
+// The keys of the block kb .. kb + n - 1 (kb >= 0) that the row sees: kb + [a, b), a <= b.
 inline std::pair<int64_t, int64_t> visible_keys(const Config& c, int64_t qpos, int64_t offset, int64_t kb, int64_t n) {
-  const int64_t d = qpos + offset - kb;  // the diagonal, relative to the block
-  int64_t a = 0, b = n;
-  if (c.causal) b = std::min(b, d + 1);
-  if (c.window_right >= 0) b = std::min(b, d + c.window_right + 1);
-  if (c.window_left >= 0) a = std::max(a, d - c.window_left);
-  b = std::max<int64_t>(b, 0);
-  return {std::min(a, b), b};
+  const KeyRange r = visible_range(c, qpos, offset);
+  const int64_t b = r.hi - kb >= n ? n : std::max<int64_t>(r.hi - kb, 0);  // hi - kb cannot overflow: kb >= 0
+  const int64_t a = r.lo <= kb ? 0 : std::min(r.lo - kb, b);
+  return {a, b};
 }
 
 }  // namespace optx::attn_detail

@@ -199,14 +199,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // Keys beyond every row's causal / window reach are never visited.
   int64_t lo = j.kv_begin, hi = j.kv_end;
   {
-    int64_t dmin = INT64_MAX, dmax = INT64_MIN;
+    int64_t bottom = INT64_MAX, top = INT64_MIN;
     for (int r = 0; r < R; ++r) {
-      dmin = std::min(dmin, j.rows[r].qpos + j.offset);
-      dmax = std::max(dmax, j.rows[r].qpos + j.offset);
+      const KeyRange v = visible_range(c, j.rows[r].qpos, j.offset);
+      bottom = std::min(bottom, v.lo), top = std::max(top, v.hi);
     }
-    if (c.causal) hi = std::min(hi, dmax + 1);
-    if (c.window_right >= 0) hi = std::min(hi, dmax + c.window_right + 1);
-    if (c.window_left >= 0) lo = std::max(lo, dmin - c.window_left);
+    lo = std::max(lo, bottom), hi = std::min(hi, top);
   }
   // Row addresses of this block and the next. A job reads one head's slice of each cache
   // row, rows a whole slot apart, which the hardware prefetchers do not follow: without

@@ -610,51 +610,33 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
   kt.amx_release();
 }
 
-// Decode against unpacked weights (KernelTable::gemv_rows): up to kGemvRowsM rows of A, B
-// [N, K] f32 / bf16 with unit K stride. Packing B first reads and writes every weight once
-// more for a call that uses each once: it ran at 1-2 GB/s of weights (a panel's 64 rows
-// gathered element by element). The threads take 64-column panels in order, each a
-// contiguous run of B rows, and every output is one thread's dot product in k order, so
-// results do not depend on the thread count.
-bool gemv_rows_eligible(const GemmParams& p, const KernelTable& kt) {
+// Decode against unpacked f32 / bf16 weights with unit inner stride, up to kGemvRowsM rows
+// of A: packing B first reads and writes every weight once more for a call that uses each
+// once. It ran at 1-2 GB/s of [N, K] weights (a panel's 64 rows gathered element by
+// element) and 0.8 GB/s of [K, N] ones (gathered a column at a time): M = 1, N = K = 4096
+// bf16 took 27.0 / 43.8 ms, now ~2.2 / 2.4. The streaming kernel for B's layout, or null:
+//   [N, K] (KernelTable::gemv_rows): each output a row dot product over a contiguous run
+//          of B rows; the threads take 64-column panels in order.
+//   [K, N] (KernelTable::gemv_kn): each thread a contiguous run of up to kGemvKnCols
+//          columns (their accumulators, 64 KiB at 8 rows, on its stack), so it reads one
+//          contiguous piece of every B row, in row order.
+// Every output is one thread's sum in k order, so results do not depend on the thread count.
+using GemvFn = void (*)(const GemvRowsArgs&);
+GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
   const DType bt = p.b.dtype;
-  return kt.gemv_rows && !p.packed_b && !p.b_kn && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM &&
-         p.b.strides[1] == 1 && (bt == DType::kF32 || bt == DType::kBF16);
+  if (p.packed_b || p.activation != GemmActivation::kNone || p.a.sizes[0] > kGemvRowsM || p.b.strides[1] != 1 ||
+      (bt != DType::kF32 && bt != DType::kBF16))
+    return nullptr;
+  return p.b_kn ? kt.gemv_kn : kt.gemv_rows;
 }
 
-void run_gemv_rows(const GemmParams& p, const KernelTable& kt) {
-  const int64_t M = p.a.sizes[0], N = p.b.sizes[0], K = p.a.sizes[1];
+void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv) {
+  const int64_t M = p.a.sizes[0], N = p.b_kn ? p.b.sizes[1] : p.b.sizes[0], K = p.a.sizes[1];
+  if (M == 0 || N == 0) return;
   const int64_t panels = (N + kNR - 1) / kNR;
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (panels > 1)
-  for (int64_t j = 0; j < panels; ++j) {
-    alignas(64) float acc[kGemvRowsM * kNR];
-    GemvRowsArgs g;
-    g.m = int(M), g.nb = int(std::min<int64_t>(kNR, N - j * kNR)), g.K = K;
-    g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
-    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j * kNR * p.b.strides[0]) * dtype_size(p.b.dtype);
-    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
-    kt.gemv_rows(g);
-    epilogue_panel(p, N, kt, acc, 0, int(M), j, nullptr);
-  }
-}
-
-// The same for B [K, N] with unit N stride (KernelTable::gemv_kn): decode's P V, or
-// weights stored input-major. Packing them cost more still (0.8 GB/s: a [K, N] panel is
-// gathered a column at a time); M = 1, N = K = 4096 bf16 took 43.8 ms against 2.4 for the
-// same weights [N, K]. Each thread takes a contiguous run of up to kGemvKnCols columns
-// (their accumulators, 64 KiB at 8 rows, on its stack), so it reads one contiguous piece
-// of every B row, in row order; every output is one thread's sum in k order.
-bool gemv_kn_eligible(const GemmParams& p, const KernelTable& kt) {
-  const DType bt = p.b.dtype;
-  return kt.gemv_kn && !p.packed_b && p.b_kn && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM &&
-         p.b.strides[1] == 1 && (bt == DType::kF32 || bt == DType::kBF16);
-}
-
-void run_gemv_kn(const GemmParams& p, const KernelTable& kt) {
-  const int64_t M = p.a.sizes[0], K = p.b.sizes[0], N = p.b.sizes[1];
-  const int64_t panels = (N + kNR - 1) / kNR;
-  const int64_t per_group = std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR);
+  const int64_t per_group = p.b_kn ? std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR) : 1;
   const int64_t groups = (panels + per_group - 1) / per_group;
+  const size_t esize = dtype_size(p.b.dtype);
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (groups > 1)
   for (int64_t q = 0; q < groups; ++q) {
     alignas(64) float acc[kGemvRowsM * kGemvKnCols];
@@ -662,9 +644,10 @@ void run_gemv_kn(const GemmParams& p, const KernelTable& kt) {
     GemvRowsArgs g;
     g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;
     g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
-    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR) * dtype_size(p.b.dtype);
+    // The group's first column: along a B row ([K, N]) or its first B row ([N, K]).
+    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR * (p.b_kn ? 1 : p.b.strides[0])) * esize;
     g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
-    kt.gemv_kn(g);
+    gemv(g);
     for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
   }
 }
@@ -672,12 +655,8 @@ void run_gemv_kn(const GemmParams& p, const KernelTable& kt) {
 template <const KernelTable& (*Table)()>
 Status run_blocked(const GemmParams& p, Workspace ws) {
   const KernelTable& kt = Table();
-  if (gemv_rows_eligible(p, kt)) {
-    if (p.a.sizes[0] > 0 && p.b.sizes[0] > 0) run_gemv_rows(p, kt);
-    return Status::Ok();
-  }
-  if (gemv_kn_eligible(p, kt)) {
-    if (p.a.sizes[0] > 0 && p.b.sizes[1] > 0) run_gemv_kn(p, kt);
+  if (const GemvFn gemv = streaming_gemv(p, kt)) {
+    run_streaming_gemv(p, kt, gemv);
     return Status::Ok();
   }
   const bool use_amx = kt.amx_block && amx_eligible(p);

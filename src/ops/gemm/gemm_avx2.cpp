@@ -497,6 +497,7 @@ void gemv_kn_t(const GemvRowsArgs& g) {
   // prefetch cost 19-32%. From DRAM, alternating in one process, M = 4, N = 128, K = 8192,
   // rows 2 KiB apart: 624-759 -> 339-403 us.
   const bool prefetch = int64_t(g.nb) * int64_t(sizeof(TB)) * kKnBlock <= 16 * 1024;
+  auto acc_at = [&](int col) { return g.acc + (col / kNR) * g.m * kNR + col % kNR; };  // column col's tile
   for (int64_t kb = 0; kb < g.K || kb == 0; kb += kKnBlock) {  // K = 0: one empty block zeroes acc
     const int64_t kcur = std::min(kKnBlock, g.K - kb);
     for (int r = 0; r < M; ++r)
@@ -504,7 +505,6 @@ void gemv_kn_t(const GemvRowsArgs& g) {
     const TB* bk = b + kb * g.ldb;
     const bool first = kb == 0;
     const int64_t kpf = prefetch ? std::min(kKnBlock, g.K - kb - kKnBlock) : 0;  // next block's rows
-    auto acc_at = [&](int col) { return g.acc + (col / kNR) * g.m * kNR + col % kNR; };
     for (int col = 0; col < full; col += W) gemv_kn_tile<M, NV>(af, kcur, kpf, bk + col, g.ldb, acc_at(col), first);
     for (int col = full; col < vec; col += 8) gemv_kn_tile<M, 1>(af, kcur, kpf, bk + col, g.ldb, acc_at(col), first);
     for (int col = vec; col < g.nb; ++col)  // the last < 8 columns

@@ -83,7 +83,7 @@ struct Gemv4Args {
 };
 using Gemv4Fn = void (*)(const Gemv4Args&);
 
-// Decode against unpacked weights (gemm.cpp, run_gemv_rows): rows r < m (<= kGemvRowsM) of
+// Decode against unpacked weights (gemm.cpp, run_streaming_gemv): rows r < m (<= kGemvRowsM) of
 // A times nb (<= kNR) rows of B ([N, K] with unit K stride, f32 or bf16), each dot product
 // over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
 // no packing pass runs for a call that reads each weight once.

@@ -96,47 +96,34 @@ std::vector<Case> edge_cases() {
         c.beta = 0.5f;
         cs.push_back(c);
       }
-  // Decode against unpacked [N, K] weights (KernelTable::gemv_rows, up to 8 rows): every
-  // row count and its B-row grouping, K below and past a vector with a tail, N past a
-  // panel with a tail, strided A, beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C; 9 rows
-  // leave it.
-  for (int64_t M = 1; M <= 9; ++M)
-    for (DType at : {DType::kF32, DType::kBF16})
-      for (DType bt : {DType::kF32, DType::kBF16}) {
-        if (at == DType::kBF16 && bt == DType::kF32) continue;  // not a supported pairing
-        Case c;
-        c.M = M, c.N = M % 2 ? 70 : 131, c.K = M % 3 == 0 ? 5 : 8 * M + 3;
-        c.a = at, c.b = bt, c.c = at;
-        c.packed = false;
-        c.lda_pad = M % 2;
-        c.ldc_pad = M % 3;
-        c.alpha = M % 4 ? 1.0f : 0.5f;
-        c.beta = M % 2 ? 0.0f : 0.75f;
-        c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
-        cs.push_back(c);
-      }
-  // Decode against unpacked [K, N] B (KernelTable::gemv_kn, up to 8 rows): every row count
-  // and its tile width, N within one 8-column vector, past a panel with a vector and a
-  // scalar tail, and past one thread's column group (2048) into a third group; K within
-  // one 16-row block, several with a tail; B rows padded (decode's V slices), strided A,
-  // beta, bias, bf16 C; 9 rows leave it.
-  for (int64_t M = 1; M <= 9; ++M)
-    for (DType at : {DType::kF32, DType::kBF16})
-      for (DType bt : {DType::kF32, DType::kBF16}) {
-        if (at == DType::kBF16 && bt == DType::kF32) continue;  // not a supported pairing
-        Case c;
-        c.M = M, c.N = M == 3 ? 4200 : M % 3 == 0 ? 5 : M % 2 ? 70 : 131, c.K = M % 4 == 0 ? 16 : 8 * M + 5;
-        c.a = at, c.b = bt, c.c = at;
-        c.packed = false;
-        c.b_kn = true;
-        c.lda_pad = M % 2;
-        c.ldb_pad = M % 2 ? 0 : 7 * M;
-        c.ldc_pad = M % 3;
-        c.alpha = M % 4 ? 1.0f : 0.5f;
-        c.beta = M % 2 ? 0.0f : 0.75f;
-        c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
-        cs.push_back(c);
-      }
+  // Decode against unpacked weights (up to 8 rows; 9 leave the streaming paths), strided A,
+  // beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C:
+  //   [N, K] (KernelTable::gemv_rows): every row count and its B-row grouping, K below and
+  //          past a vector with a tail, N past a panel with a tail;
+  //   [K, N] (KernelTable::gemv_kn): every row count and its tile width, N within one
+  //          8-column vector, past a panel with a vector and a scalar tail, and past one
+  //          thread's column group (2048) into a third group; K within one 16-row block,
+  //          several with a tail; B rows padded (decode's V slices).
+  for (bool kn : {false, true})
+    for (int64_t M = 1; M <= 9; ++M)
+      for (DType at : {DType::kF32, DType::kBF16})
+        for (DType bt : {DType::kF32, DType::kBF16}) {
+          if (at == DType::kBF16 && bt == DType::kF32) continue;  // not a supported pairing
+          Case c;
+          c.M = M;
+          if (kn) c.N = M == 3 ? 4200 : M % 3 == 0 ? 5 : M % 2 ? 70 : 131, c.K = M % 4 == 0 ? 16 : 8 * M + 5;
+          else c.N = M % 2 ? 70 : 131, c.K = M % 3 == 0 ? 5 : 8 * M + 3;
+          c.a = at, c.b = bt, c.c = at;
+          c.packed = false;
+          c.b_kn = kn;
+          c.lda_pad = M % 2;
+          c.ldb_pad = kn && M % 2 == 0 ? 7 * M : 0;
+          c.ldc_pad = M % 3;
+          c.alpha = M % 4 ? 1.0f : 0.5f;
+          c.beta = M % 2 ? 0.0f : 0.75f;
+          c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
+          cs.push_back(c);
+        }
   // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
   // last block's tile goes straight into C, onto the blocks accumulated before it.
   for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
