@@ -1,6 +1,7 @@
 // Core runtime: conversions (round-to-nearest-even, NaN kept), views, CPU detection sanity,
 // thread settings, C API errors.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -141,6 +142,34 @@ TEST(Threads, SetAndReset) {
   EXPECT_EQ(num_threads(), 3);
   set_num_threads(0);  // back to the default
   EXPECT_GE(num_threads(), 1);
+}
+
+// Inside a parallel region that cannot fork (nesting off, the default) ops plan for the
+// one thread they will get; where nesting is allowed, for the set count; a ThreadScope
+// wins either way.
+TEST(Threads, OneInsideARegionThatCannotFork) {
+  set_num_threads(3);
+  const int levels = omp_get_max_active_levels();
+  int seen[3][2] = {};
+  for (int nested = 0; nested < 2; ++nested) {
+    omp_set_max_active_levels(nested ? 2 : 1);
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+      seen[nested][t] = num_threads();
+      if (!nested) {
+        ThreadScope scope(4);
+        seen[2][t] = num_threads();
+      }
+    }
+  }
+  omp_set_max_active_levels(levels);
+  set_num_threads(0);
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(seen[0][t], 1) << "thread " << t;
+    EXPECT_EQ(seen[1][t], 3) << "thread " << t;
+    EXPECT_EQ(seen[2][t], 4) << "thread " << t;
+  }
 }
 
 // Every item once, in contiguous chunks of at least min_chunk (the last may be shorter),

@@ -82,6 +82,10 @@ ThreadScope::~ThreadScope() { t_threads = prev_; }
 
 int num_threads() {
   if (t_threads > 0) return t_threads;
+  // A parallel region opened here would get a team of one: planning for more would split
+  // the work for threads that never come (or, in kernels with per-thread shares, leave
+  // their shares undone).
+  if (omp_get_active_level() >= omp_get_max_active_levels()) return 1;
   int n = g_threads.load(std::memory_order_relaxed);
   if (n <= 0) {
     n = default_threads();

@@ -4,6 +4,7 @@
 // hide whole rows, sinks, softcap, large logits, empty sequences, no lse), split vs
 // unsplit decode, attention_update against a merge in double, bad inputs.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 
@@ -349,6 +350,38 @@ TEST(Decode, SplitAgreesWithUnsplit) {
         EXPECT_TRUE(agree.pass) << impl->name << " " << c.name() << ": split vs unsplit: " << agree.message;
         EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << impl->name << " " << c.name();
       }
+  }
+}
+
+// Called from the threads of an engine's own parallel region (nesting off, so no team of
+// its own): each op runs whole on its calling thread, as with one thread, bitwise — the
+// prefill tiles, and the decodes whose KV split and merge a 2-thread call would plan.
+TEST(Attention, CalledFromInsideAParallelRegion) {
+  FlashCase f;
+  f.dtype = DType::kBF16, f.B = 2, f.Sq = f.Skv = 150, f.Nq = 4, f.Nkv = 2, f.D = f.Dv = 64, f.causal = true;
+  DecodeCase d;
+  d.dtype = DType::kBF16, d.B = 1, d.Sq = 2, d.Nq = 8, d.Nkv = 2, d.D = d.Dv = 64, d.lens = {600};
+  DecodeCase m;
+  m.dtype = DType::kBF16, m.mla = true, m.B = 1, m.Sq = 1, m.Nq = 16, m.Nkv = 1, m.D = 64 + 32, m.Dv = 64,
+  m.block_size = 64, m.lens = {700};
+  auto run = [&](int which) {
+    if (which == 0) return testutil::run_flash(*flash_registry().runnable().front(), f, 3);
+    return testutil::run_decode(*(which == 1 ? paged_registry() : mla_registry()).runnable().front(), which == 1 ? d : m, 3);
+  };
+  for (int which = 0; which < 3; ++which) {
+    set_num_threads(1);
+    const testutil::Outcome want = run(which);
+    set_num_threads(2);
+    testutil::Outcome got[2];
+#pragma omp parallel num_threads(2)
+    got[omp_get_thread_num()] = run(which);
+    set_num_threads(0);
+    ASSERT_TRUE(want.pass()) << which << ": " << want.message();
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_TRUE(got[t].pass()) << which << ", thread " << t << ": " << got[t].message();
+      EXPECT_EQ(got[t].got_out, want.got_out) << which << ", thread " << t;
+      EXPECT_EQ(got[t].got_lse, want.got_lse) << which << ", thread " << t;
+    }
   }
 }
 

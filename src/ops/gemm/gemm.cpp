@@ -704,8 +704,11 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     body(0);
     return Status::Ok();
   }
+  // The team can be smaller than asked for (a ThreadScope inside a region that cannot fork,
+  // OMP_THREAD_LIMIT, dynamic teams): then its threads take the missing shares in turn,
+  // which are fixed ranges of C outside the claimed schedules.
 #pragma omp parallel num_threads(pl.threads)
-  body(omp_get_thread_num());
+  for (int t = omp_get_thread_num(); t < pl.threads; t += omp_get_num_threads()) body(t);
   return Status::Ok();
 }
 

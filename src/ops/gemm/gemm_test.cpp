@@ -1,6 +1,7 @@
 // GEMM: every implementation the host can run (capped by OPTX_MAX_ISA) against the
 // double-precision definition, on edge shapes; bad inputs -> Status naming the argument.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -215,7 +216,7 @@ TEST(Gemm, NonFiniteInputsPropagate) {
 // Decode shapes (M <= 6) claim panels from a shared cursor, so which thread computes a
 // panel changes from call to call; the results must not.
 class GemmThreads : public ::testing::TestWithParam<int64_t> {};
-INSTANTIATE_TEST_SUITE_P(Rows, GemmThreads, ::testing::Values(150, 1, 2, 3, 5));
+INSTANTIATE_TEST_SUITE_P(Rows, GemmThreads, ::testing::Values(150, 1, 2, 3, 5, 12));
 
 TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
   const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;
@@ -248,6 +249,43 @@ TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
     EXPECT_EQ(c2, c2b) << dtype_name(dt);
     EXPECT_EQ(c1, c2) << dtype_name(dt);
     EXPECT_EQ(c1, c3) << dtype_name(dt);
+  }
+}
+
+// An engine may call ops from the threads of its own parallel region (one request per
+// thread). Such a region cannot fork another team (nesting is off by default), so a GEMM
+// that planned fixed per-thread shares of C for two threads left one share unwritten (M =
+// 12 split N that way). The op must run whole on the calling thread: num_threads() is 1
+// there, and a team smaller than planned (ThreadScope(3) below) takes every share in turn.
+TEST_P(GemmThreads, CalledFromInsideAParallelRegion) {
+  const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;
+  testing::Rng rng(11);
+  std::vector<float> a(M * K), b(N * K);
+  testing::fill_f32(a.data(), M * K, rng);
+  testing::fill_f32(b.data(), N * K, rng);
+  auto call = [&](std::vector<float>& c) {
+    c.assign(M * N, std::numeric_limits<float>::quiet_NaN());
+    GemmParams p{.a = make_view(a.data(), DType::kF32, {M, K}), .b = make_view(b.data(), DType::kF32, {N, K}),
+                 .c = make_view(c.data(), DType::kF32, {M, N})};
+    std::vector<uint8_t> ws(gemm_workspace_size(p));
+    return gemm(p, {ws.data(), ws.size()}).ok();
+  };
+  set_num_threads(2);
+  std::vector<float> want;
+  ASSERT_TRUE(call(want));
+  for (int scope : {0, 3}) {
+    std::vector<float> got[2];
+    bool ok[2] = {false, false};
+#pragma omp parallel num_threads(2)
+    {
+      const int t = omp_get_thread_num();
+      ThreadScope threads(scope);
+      ok[t] = call(got[t]);
+    }
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_TRUE(ok[t]) << "scope " << scope;
+      EXPECT_EQ(got[t], want) << "thread " << t << ", ThreadScope(" << scope << ")";
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // expert ranges), grouped GEMMs against per-expert references (empty groups, untouched
 // tails), finalize, and the whole layer against a double-precision composition.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <limits>
 #include <sstream>
@@ -804,6 +805,28 @@ TEST(MoeForward, RouterOptionsMatchDoubleCompositionOnSelectedIsa) {
       check_moe_forward(sig, 400 + uint64_t(T));
     }
   set_num_threads(0);
+}
+
+// Called from the threads of an engine's own parallel region (nesting off): the layer's
+// queue, its split decode schedule and the GEMMs inside run on the calling thread, and
+// give bitwise what one thread gives.
+TEST(MoeForward, CalledFromInsideAParallelRegion) {
+  for (int64_t T : {1, 40}) {
+    LayerCase c;
+    c.dt = DType::kBF16, c.T = T, c.I = 64, c.Is = 128;
+    set_num_threads(1);
+    const moe_testutil::LayerOutcome want = moe_testutil::run_moe_forward(c, 600 + uint64_t(T));
+    set_num_threads(2);
+    moe_testutil::LayerOutcome got[2];
+#pragma omp parallel num_threads(2)
+    got[omp_get_thread_num()] = moe_testutil::run_moe_forward(c, 600 + uint64_t(T));
+    set_num_threads(0);
+    ASSERT_TRUE(want.status.ok() && want.cmp.pass) << c.name() << ": " << want.cmp.message;
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_TRUE(got[t].status.ok() && got[t].cmp.pass) << c.name() << ", thread " << t << ": " << got[t].cmp.message;
+      EXPECT_EQ(got[t].out, want.out) << c.name() << ", thread " << t;
+    }
+  }
 }
 
 // Worst skew through the layer: a correction bias sends every token to expert 5 (top-1,

@@ -173,6 +173,7 @@ struct LayerCase {
 struct LayerOutcome {
   Status status;
   testing::CompareResult cmp;
+  std::vector<double> out;  // what was compared (tests compare two runs)
 };
 
 // Runs moe_forward on random weights (rounded to the case's dtype first, so the reference
@@ -247,6 +248,7 @@ inline LayerOutcome run_moe_forward(const LayerCase& c, uint64_t seed) {
     }
   }
   o.cmp = testing::compare(got, ref, {0, 0}, &extra);
+  o.out = std::move(got);
   return o;
 }
 
