@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <tuple>
 #include <limits>
 
@@ -252,12 +253,12 @@ TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
   }
 }
 
-// An engine may call ops from the threads of its own parallel region (one request per
-// thread). Such a region cannot fork another team (nesting is off by default), so a GEMM
+// An engine may call ops from several threads at once: from the threads of its own
+// parallel region (one request per thread), or from its own threads. Such a region cannot fork another team (nesting is off by default), so a GEMM
 // that planned fixed per-thread shares of C for two threads left one share unwritten (M =
 // 12 split N that way). The op must run whole on the calling thread: num_threads() is 1
 // there, and a team smaller than planned (ThreadScope(3) below) takes every share in turn.
-TEST_P(GemmThreads, CalledFromInsideAParallelRegion) {
+TEST_P(GemmThreads, ConcurrentCallersAndCallsFromAParallelRegion) {
   const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;
   testing::Rng rng(11);
   std::vector<float> a(M * K), b(N * K);
@@ -286,6 +287,18 @@ TEST_P(GemmThreads, CalledFromInsideAParallelRegion) {
       EXPECT_TRUE(ok[t]) << "scope " << scope;
       EXPECT_EQ(got[t], want) << "thread " << t << ", ThreadScope(" << scope << ")";
     }
+  }
+  // And from plain user threads, each call forking its own team of two.
+  std::vector<float> got[3];
+  bool ok[3] = {false, false, false};
+  {
+    std::vector<std::thread> users;
+    for (int t = 0; t < 3; ++t) users.emplace_back([&, t] { ok[t] = call(got[t]); });
+    for (auto& u : users) u.join();
+  }
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_TRUE(ok[t]);
+    EXPECT_EQ(got[t], want) << "user thread " << t;
   }
 }
 
