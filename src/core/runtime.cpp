@@ -91,7 +91,7 @@ int num_threads() {
     n = default_threads();
     g_threads.store(n);
   }
-  return n;
+  return std::min(n, omp_get_thread_limit());  // OMP_THREAD_LIMIT: no team gets more
 }
 
 void* aligned_alloc_bytes(size_t bytes, size_t align) {
