@@ -100,16 +100,20 @@ struct GemmParams {
   const PackedMatrix* packed_b = nullptr;  // pre-packed B; nullptr to use b
   TensorView b_scales;          // [N] f32, for an unpacked i8 b only; else empty
   TensorView bias;              // [N] f32 | bf16; may be empty
-  TensorView c;                 // [M, N] f32 | bf16; unit column stride, row stride >= N
+  TensorView c;                 // [M, N] f32 | bf16; unit column stride, row stride >= N;
+                                // must not overlap a, b, bias or the workspace (C is
+                                // written while A and B are still being read)
   float alpha = 1.0f;
   float beta = 0.0f;            // beta == 0: C is not read (NaN/garbage in C is ignored)
   bool b_kn = false;            // b is laid out [K, N]
   GemmActivation activation = GemmActivation::kNone;
 };
 
-// Bytes of workspace gemm() needs for these params at the current thread count. Only
-// shapes, dtypes, strides and flags decide it: data pointers may still be null (size the
-// workspace before the activations exist). 0 when the params are invalid.
+// Bytes of workspace gemm() needs for these params at the current thread count
+// (num_threads(): query it where the call will run — inside a parallel region that cannot
+// fork, that is one thread). Only shapes, dtypes, strides and flags decide it: data
+// pointers may still be null (size the workspace before the activations exist). 0 when
+// the params are invalid.
 size_t gemm_workspace_size(const GemmParams& p);
 Status gemm(const GemmParams& p, Workspace ws);
 
