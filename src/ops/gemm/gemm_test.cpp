@@ -216,11 +216,13 @@ TEST(Gemm, NonFiniteInputsPropagate) {
 
 // Decode shapes (M <= 6) claim panels from a shared cursor, so which thread computes a
 // panel changes from call to call; the results must not.
-class GemmThreads : public ::testing::TestWithParam<int64_t> {};
+class GemmThreads : public ::testing::TestWithParam<int64_t> {
+ protected:
+  const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;  // decode-sized M: many panels
+};
 INSTANTIATE_TEST_SUITE_P(Rows, GemmThreads, ::testing::Values(150, 1, 2, 3, 5, 12));
 
 TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
-  const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;
   testing::Rng rng(7);
   std::vector<uint16_t> a(M * K), b(N * K);
   testing::fill_bf16(a.data(), M * K, rng);
@@ -254,12 +256,12 @@ TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
 }
 
 // An engine may call ops from several threads at once: from the threads of its own
-// parallel region (one request per thread), or from its own threads. Such a region cannot fork another team (nesting is off by default), so a GEMM
-// that planned fixed per-thread shares of C for two threads left one share unwritten (M =
-// 12 split N that way). The op must run whole on the calling thread: num_threads() is 1
-// there, and a team smaller than planned (ThreadScope(3) below) takes every share in turn.
+// parallel region (one request per thread), or from threads of its own. Such a region
+// cannot fork another team (nesting is off by default), so a GEMM that planned fixed
+// per-thread shares of C for two threads left one share unwritten (M = 12 split N that
+// way). The op must run whole on the calling thread: num_threads() is 1 there, and a team
+// smaller than planned (ThreadScope(3) below) takes every share in turn.
 TEST_P(GemmThreads, ConcurrentCallersAndCallsFromAParallelRegion) {
-  const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;
   testing::Rng rng(11);
   std::vector<float> a(M * K), b(N * K);
   testing::fill_f32(a.data(), M * K, rng);
