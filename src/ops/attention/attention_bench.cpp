@@ -295,11 +295,12 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   std::vector<int32_t> lens = {int32_t(ctx_len)};
   std::vector<uint16_t> q(size_t(H * D)), out(size_t(H * Dv));
   testing::fill_bf16(q.data(), H * D, rng);
+  constexpr float kScale = 0.1f;  // optx's and basic's
   auto params = [&](bool i8, int c) {
     MlaDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, H, D}), .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
                       .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}),
                       .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs, .kv_lora_rank = Dv,
-                      .out = make_view(out.data(), DType::kBF16, {1, 1, H, Dv}), .scale = 0.1f};
+                      .out = make_view(out.data(), DType::kBF16, {1, 1, H, Dv}), .scale = kScale};
     if (i8) {
       p.cache = make_view(lat.data(), DType::kI8, {slots, Dv});
       p.cache_scales = make_view(sc.data(), DType::kF32, {slots});
@@ -327,12 +328,12 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
       [&] {
         basic.gather(kc.as<uint16_t>(), D, tables[size_t(set_b++ % copies)].data(), blocks, bs, basic.k.as<uint16_t>());
-        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
+        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
       },
       [&] {
         basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(set_b8++ % copies)].data(), blocks, bs,
                         basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
-        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, 0.1f, basic_out.data());
+        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
       },
   });
   char note[96];

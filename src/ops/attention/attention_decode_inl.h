@@ -202,15 +202,13 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   float mrow[kMaxRows], lrow[kMaxRows];
   int64_t vlo[kMaxRows], vhi[kMaxRows];  // each row's visible key range
   const uint16_t* q[kMaxRows];
-  int64_t lo = j.kv_begin, hi = j.kv_end, top = INT64_MIN, bottom = INT64_MAX;
   for (int r = 0; r < NR; ++r) {
     mrow[r] = -INFINITY, lrow[r] = 0.0f;
     q[r] = static_cast<const uint16_t*>(j.rows[r].q);
     const KeyRange v = visible_range(c, j.rows[r].qpos, j.offset);
     vlo[r] = v.lo, vhi[r] = v.hi;
-    top = std::max(top, vhi[r]), bottom = std::min(bottom, vlo[r]);
   }
-  hi = std::min(hi, top), lo = std::max(lo, bottom);
+  const auto [lo, hi] = job_keys(c, j, NR);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
 #ifdef OPTX_ATTN_DECODE_AMX

@@ -301,6 +301,16 @@ inline bool visible(const Config& c, int64_t qpos, int64_t offset, int64_t j) {
   const KeyRange r = visible_range(c, qpos, offset);
   return j >= r.lo && j < r.hi;
 }
+// The keys a job visits: [kv_begin, kv_end) cut to the hull of its first `rows` rows'
+// visible ranges (keys in between that a row does not see are masked per row).
+inline KeyRange job_keys(const Config& c, const Job& j, int rows) {
+  KeyRange hull{INT64_MAX, INT64_MIN};
+  for (int r = 0; r < rows; ++r) {
+    const KeyRange v = visible_range(c, j.rows[r].qpos, j.offset);
+    hull.lo = std::min(hull.lo, v.lo), hull.hi = std::max(hull.hi, v.hi);
+  }
+  return {std::max(j.kv_begin, hull.lo), std::min(j.kv_end, hull.hi)};
+}
 // The keys of the block kb .. kb + n - 1 (kb >= 0) that the row sees: kb + [a, b), a <= b.
 inline std::pair<int64_t, int64_t> visible_keys(const Config& c, int64_t qpos, int64_t offset, int64_t kb, int64_t n) {
   const KeyRange r = visible_range(c, qpos, offset);

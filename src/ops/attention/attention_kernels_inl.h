@@ -197,15 +197,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   if (many_rows) mr.pack_q(qf, Dp);
 #endif
   // Keys beyond every row's causal / window reach are never visited.
-  int64_t lo = j.kv_begin, hi = j.kv_end;
-  {
-    int64_t bottom = INT64_MAX, top = INT64_MIN;
-    for (int r = 0; r < R; ++r) {
-      const KeyRange v = visible_range(c, j.rows[r].qpos, j.offset);
-      bottom = std::min(bottom, v.lo), top = std::max(top, v.hi);
-    }
-    lo = std::max(lo, bottom), hi = std::min(hi, top);
-  }
+  const auto [lo, hi] = job_keys(c, j, R);
   // Row addresses of this block and the next. A job reads one head's slice of each cache
   // row, rows a whole slot apart, which the hardware prefetchers do not follow: without
   // software prefetches decode waited on DRAM per key. The bf16 tiles spread the next
@@ -327,13 +319,13 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       const Row& row = j.rows[r];
       float* s = S + r * kKvBlock;
       float bmax = -INFINITY;
+      // Causal / window visibility is an interval of the block's keys, [a, b).
+      const auto [a, b] = visible_keys(c, row.qpos, j.offset, kb, n);
       if (c.softcap == 0.0f && !row.bias && !row.mask) {
-        // Causal / window visibility is an interval of keys: the rest of the block is
-        // masked by two fills, and the max runs in vectors. (Each row meets partly
-        // visible blocks around its diagonal; they went key by key through the generic
-        // loop below: causal bf16 prefill, 16 heads, alternating in one process, S = 2048
-        // / 4096 +1 to +3.5%.)
-        const auto [a, b] = visible_keys(c, row.qpos, j.offset, kb, n);
+        // The rest of the block is masked by two fills, and the max runs in vectors.
+        // (Each row meets partly visible blocks around its diagonal; they went key by key
+        // through the generic loop below: causal bf16 prefill, 16 heads, alternating in
+        // one process, S = 2048 / 4096 +1 to +3.5%.)
         std::fill(s, s + a, -INFINITY);
         std::fill(s + b, s + n, -INFINITY);
         auto vmax = V::set1(-INFINITY);
@@ -347,7 +339,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         float x = s[jj];
         if (c.softcap > 0.0f) x = c.softcap * std::tanh(x / c.softcap);
         if (row.bias) x += row.bias[key * row.bias_cs];
-        if (!visible(c, row.qpos, j.offset, key) || (row.mask && row.mask[key * row.mask_cs] == 0)) x = -INFINITY;
+        if (jj < a || jj >= b || (row.mask && row.mask[key * row.mask_cs] == 0)) x = -INFINITY;
         s[jj] = x;
         bmax = std::max(bmax, x);
       }
