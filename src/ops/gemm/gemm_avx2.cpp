@@ -132,26 +132,31 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
 }
 
 // bf16 pairs: a 32-bit lane is (even k | odd k << 16) of one column. M rows x 8 NV
-// columns per pass, 8 / NV passes over each kBf16ChunkBytes piece of the panel. The first
-// reader's every pass asks for its own lines of the next piece, one piece ahead, so the
-// panel streams during all the passes: when only the first pass prefetched (whole rows
-// 4 KiB ahead, kChunkBytes pieces), memory sat idle during the others and the
-// prefetches ran ~60 ns ahead of their loads, less than DRAM's latency. bf16 2816 x 2048
-// weights from DRAM (a new copy every call), two library builds alternating in one
-// process: one thread M = 2 / 3 / 4 / 5 / 6 / 7 +5 / +11 / +8-16 / +13-18 / +27-31 /
-// +19-26%; two threads M = 2-4 +2-7%, 5 / 6 +12-14 / +19-21%. (f32 weights, tried the
-// same way in kern_one_m, lost 9-21%: 4 B per value leaves no compute to hide behind.)
-// 16 KiB pieces ran 1-10% ahead of 32 KiB ones (alternating in one process). Up to four rows
-// take NV = 4, two 32-column passes instead of four 16-column ones (M x 4 accumulators;
-// four rows spill a few, which a memory-bound call hides), so each pass reads two of a k
-// row's four lines. bf16 N = K = 4096 from DRAM, 2 threads, alternating in one process:
-// M = 2 / 3 / 4 2.9-4.1 / 3.2-3.4 / 3.2-3.6 -> 2.2-3.2 / 2.4-2.6 / 2.4-2.7 ms.
-constexpr int64_t kBf16ChunkBytes = 16 * 1024;
+// columns per pass, 8 / NV passes over each kBf16ChunkBytes piece of the panel (up to four
+// rows take NV = 4: M x 4 accumulators, four rows spill a few, which a memory-bound call
+// hides). The first reader's first pass prefetches whole k rows kBf16AheadBytes ahead, in
+// address order; the later passes find the piece in L1. The piece is one 4 KiB page:
+// small enough that the passes alternate faster than DRAM's latency, so the stream ahead
+// never waits for them (with 32 KiB pieces and the same first-pass prefetch, memory sat
+// idle during the later passes; 16 KiB pieces with each pass asking for its own lines one
+// piece ahead were the answer until stop 26). bf16 from DRAM (a new copy every call), two
+// library builds alternating call by call in one process, 16 KiB against 4 KiB pieces:
+// 2816 x 2048, one thread M = 2 / 3 / 4 / 5 / 6 +29 / +19-23 / +7-8 / +17-22 / +5-14%,
+// two threads +23-33 / +25-33 / +20-23 / +47-62 / +33-36%; 2048 x 1408 and 4096 x 4096
+// likewise (two threads M = 2-6 +14% to +50%). Against 4 KiB pieces 8 KiB ahead, one
+// thread: 2 KiB pieces equal (-5 to +4%), 3 KiB 0-9% slower, 8 KiB 14-31% slower; a
+// distance of 4 KiB equal to 8 (two threads 0-10% behind it), 6 KiB 11-20% slower, 2 KiB
+// slower than the old kernel; each pass asking for its own lines (4 / 4 KiB) 3-15% slower
+// at M = 3-6. (f32 weights, tried with per-pass prefetches in kern_one_m, lost 9-21%: 4 B
+// per value leaves no compute to hide behind.)
+constexpr int64_t kBf16ChunkBytes = 4 * 1024;
+constexpr int64_t kBf16AheadBytes = 8 * 1024;
 template <int M, int NV = 2>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const int64_t chunk = 2 * kBf16ChunkBytes / (kNR * 4);  // k values, even
+  const int64_t ahead = 2 * kBf16AheadBytes / (kNR * 4);
   for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
     for (int s = 0; s < 8 / NV; ++s) {
@@ -160,9 +165,11 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
       // An odd kc reads one pair past K: zero in both packed A and B.
       for (int64_t k = k0; k < k1; k += 2) {
         const uint16_t* p = b + k * kNR + s * 16 * NV;
-        if (pf.stream)  // this pass's NV / 2 lines of the row one piece ahead
-          for (int i = 0; i < NV / 2; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + chunk * kNR) + 64 * i, _MM_HINT_T0);
-        if (s == 0) prefetch_l2_next(pf, k / 2);
+        if (s == 0) {
+          if (pf.stream)  // the whole pair row, 4 lines
+            for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(b + (k + ahead) * kNR) + 64 * i, _MM_HINT_T0);
+          prefetch_l2_next(pf, k / 2);
+        }
         __m256 ev[NV], od[NV];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; ++i) widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i)), ev[i], od[i]);
