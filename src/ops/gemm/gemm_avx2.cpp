@@ -17,8 +17,9 @@ namespace optx::gemm_detail::avx2 {
 namespace {
 
 // Widens 16 columns of the current k (or k-pair) of the sub-panel into two ymm of f32.
+// kChunkBytes / kAheadBytes: kern_one_m's pieces and prefetch distance (see there).
 struct LoadF32 {
-  static constexpr int64_t kRowBytes = kNR * 4;
+  static constexpr int64_t kRowBytes = kNR * 4, kChunkBytes = 32 * 1024, kAheadBytes = 4096;
   OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
     const float* p = static_cast<const float*>(b) + k * kNR + s * 16;
     v[0] = _mm256_load_ps(p);
@@ -31,7 +32,7 @@ OPTX_ALWAYS_INLINE void widen_pairs(__m256i v, __m256& even, __m256& odd) {
   odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
 }
 struct LoadI8 {
-  static constexpr int64_t kRowBytes = kNR;
+  static constexpr int64_t kRowBytes = kNR, kChunkBytes = 2 * 1024, kAheadBytes = 4096;
   OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
     const int8_t* p = static_cast<const int8_t*>(b) + k * kNR + s * 16;
     const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
@@ -70,16 +71,19 @@ OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* out, int64_t ldo = kNR) {
 
 // The four 16-column passes read one line in four of each k row, an access the
 // prefetchers follow poorly from DRAM: with Prefetch::stream (the first reader of the
-// panel), the first pass prefetches whole rows kAheadBytes ahead, and the passes run over
-// kChunkBytes of the panel at a time, so the later passes find it in L1 / L2. (Decode
-// M = 2-6 runs the whole K in one call; each pass fetched a quarter of a 512 KiB panel.)
-// M = 2, 3, 6, N = K = 4096 bf16 from DRAM, 2 threads, alternating in one process: 4.3 ->
-// 3.4 -> 3.1, 5.1 -> 3.8 -> 3.2, 6.1 -> 4.1 -> 3.8 ms (prefetch, then chunks). (bf16
-// weights now stream differently, see kern_bf16b_m.)
+// panel), the first pass prefetches whole rows Load::kAheadBytes ahead, and the passes run
+// over Load::kChunkBytes of the panel at a time, so the later passes find it in L1 / L2.
+// (Decode M = 2-6 runs the whole K in one call; each pass fetched a quarter of a 512 KiB
+// panel.) M = 2, 3, 6, N = K = 4096 bf16 from DRAM, 2 threads, alternating in one process:
+// 4.3 -> 3.4 -> 3.1, 5.1 -> 3.8 -> 3.2, 6.1 -> 4.1 -> 3.8 ms (prefetch, then chunks).
+// (bf16 weights now stream as in kern_bf16b_m.) int8 weights (64-byte k rows) take 2 KiB
+// pieces for the reason given there: memory must not sit idle while the later passes
+// run. 2816 x 2048 int8 from DRAM, two builds alternating in one process, 2 threads,
+// against 32 KiB pieces: M = 2 / 3 / 4 / 5 / 6 +28-32 / +27-32 / +18-25 / +16-23 / +11-22%;
+// 4 KiB pieces 2-10% behind 2 KiB, 8 KiB 5-11% behind 4; 8 KiB ahead within 4% of 4.
 constexpr int64_t kAheadBytes = 4096;
-constexpr int64_t kChunkBytes = 32 * 1024;
-OPTX_ALWAYS_INLINE void prefetch_row(const void* b, int64_t row, int64_t row_bytes) {
-  const char* p = static_cast<const char*>(b) + row * row_bytes + kAheadBytes;
+OPTX_ALWAYS_INLINE void prefetch_row(const void* b, int64_t row, int64_t row_bytes, int64_t ahead) {
+  const char* p = static_cast<const char*>(b) + row * row_bytes + ahead;
   for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
 }
 // One line of the driver's next B micro-panel into L2 per k row of the first pass
@@ -91,8 +95,8 @@ OPTX_ALWAYS_INLINE void prefetch_l2_next(const Prefetch& pf, int64_t row) {
   if (row < pf.l2_lines) _mm_prefetch(pf.l2_next + 64 * row, _MM_HINT_T1);
 }
 // Pass 0's prefetches at k row `row`: the stream ahead (first reader) and pf.l2_next.
-OPTX_ALWAYS_INLINE void prefetch_ahead(const Prefetch& pf, const void* b, int64_t row, int64_t row_bytes) {
-  if (pf.stream) prefetch_row(b, row, row_bytes);
+OPTX_ALWAYS_INLINE void prefetch_ahead(const Prefetch& pf, const void* b, int64_t row, int64_t row_bytes, int64_t ahead) {
+  if (pf.stream) prefetch_row(b, row, row_bytes, ahead);
   prefetch_l2_next(pf, row);
 }
 
@@ -101,7 +105,7 @@ OPTX_ALWAYS_INLINE void prefetch_ahead(const Prefetch& pf, const void* b, int64_
 template <class Load, int M>
 void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
                 bool accumulate, const Prefetch& pf, float* out, int64_t ldo) {
-  const int64_t chunk = kChunkBytes / Load::kRowBytes;
+  const int64_t chunk = Load::kChunkBytes / Load::kRowBytes;
   for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
     float* o = k1 == kc ? out : acc;
@@ -121,7 +125,7 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
       };
       if (s == 0) {
 #pragma GCC unroll 4
-        for (int64_t k = k0; k < k1; ++k) prefetch_ahead(pf, b, k, Load::kRowBytes), step(k);
+        for (int64_t k = k0; k < k1; ++k) prefetch_ahead(pf, b, k, Load::kRowBytes, Load::kAheadBytes), step(k);
       } else {
 #pragma GCC unroll 4
         for (int64_t k = k0; k < k1; ++k) step(k);
