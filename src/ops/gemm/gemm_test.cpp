@@ -85,6 +85,19 @@ std::vector<Case> edge_cases() {
         }
         cs.push_back(c);
       }
+  // Decode rows on packed bf16 / int8 weights (two to six rows: the paths that stream a
+  // panel in 4 KiB / 2 KiB pieces, each piece's passes reading it from L1): K within one
+  // piece, across many with an odd tail, and N with a tail panel; bf16 and f32 A, beta.
+  for (int64_t M = 2; M <= 6; ++M)
+    for (int64_t K : {int64_t(20), int64_t(301)})
+      for (DType bt : {DType::kBF16, DType::kI8}) {
+        Case c;
+        c.M = M, c.N = M % 2 ? 130 : 192, c.K = K;
+        c.a = M % 2 ? DType::kBF16 : DType::kF32, c.b = bt, c.c = DType::kF32;
+        c.beta = K > 100 ? 0.5f : 0.0f;
+        c.lda_pad = M % 3;
+        cs.push_back(c);
+      }
   // Unpacked B in row slices that share K blocks (strips): packed straight into f32 strips
   // from [N, K] (8 x 8 transposes, K and N tails) and [K, N] (row copies) f32 and bf16.
   for (auto [M, N, K] : {std::tuple{24, 128, 40}, {13, 100, 300}, {30, 64, 9}})
