@@ -139,11 +139,11 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
 // columns per pass, 8 / NV passes over each kBf16ChunkBytes piece of the panel (up to four
 // rows take NV = 4: M x 4 accumulators, four rows spill a few, which a memory-bound call
 // hides). The first reader's first pass prefetches whole k rows kBf16AheadBytes ahead, in
-// address order; the later passes find the piece in L1. The piece is one 4 KiB page:
-// small enough that the passes alternate faster than DRAM's latency, so the stream ahead
-// never waits for them (with 32 KiB pieces and the same first-pass prefetch, memory sat
-// idle during the later passes; 16 KiB pieces with each pass asking for its own lines one
-// piece ahead were the answer until stop 26). bf16 from DRAM (a new copy every call), two
+// address order; the later passes find the piece in L1. The later passes issue no
+// prefetches, so a piece is kept small (4 KiB, a few hundred ns of work) and the lines
+// already in flight, two pieces ahead, keep memory busy through them (with 32 KiB pieces
+// and the same first-pass prefetch, memory sat idle during the later passes; 16 KiB pieces
+// with each pass asking for its own lines one piece ahead were the answer until stop 26). bf16 from DRAM (a new copy every call), two
 // library builds alternating call by call in one process, 16 KiB against 4 KiB pieces:
 // 2816 x 2048, one thread M = 2 / 3 / 4 / 5 / 6 +29 / +19-23 / +7-8 / +17-22 / +5-14%,
 // two threads +23-33 / +25-33 / +20-23 / +47-62 / +33-36%; 2048 x 1408 and 4096 x 4096
