@@ -16,10 +16,13 @@
 namespace optx::gemm_detail::avx2 {
 namespace {
 
+// How far ahead of its loads a decode stream prefetches (see kern_one_m, gemv_panels).
+constexpr int64_t kAheadBytes = 4096;
+
 // Widens 16 columns of the current k (or k-pair) of the sub-panel into two ymm of f32.
 // kChunkBytes / kAheadBytes: kern_one_m's pieces and prefetch distance (see there).
 struct LoadF32 {
-  static constexpr int64_t kRowBytes = kNR * 4, kChunkBytes = 32 * 1024, kAheadBytes = 4096;
+  static constexpr int64_t kRowBytes = kNR * 4, kChunkBytes = 32 * 1024, kAheadBytes = avx2::kAheadBytes;
   OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
     const float* p = static_cast<const float*>(b) + k * kNR + s * 16;
     v[0] = _mm256_load_ps(p);
@@ -32,7 +35,7 @@ OPTX_ALWAYS_INLINE void widen_pairs(__m256i v, __m256& even, __m256& odd) {
   odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
 }
 struct LoadI8 {
-  static constexpr int64_t kRowBytes = kNR, kChunkBytes = 2 * 1024, kAheadBytes = 4096;
+  static constexpr int64_t kRowBytes = kNR, kChunkBytes = 2 * 1024, kAheadBytes = avx2::kAheadBytes;
   OPTX_ALWAYS_INLINE static void even(const void* b, int64_t k, int s, __m256 (&v)[2]) {
     const int8_t* p = static_cast<const int8_t*>(b) + k * kNR + s * 16;
     const __m128i x = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
@@ -81,7 +84,6 @@ OPTX_ALWAYS_INLINE void end(__m256 (&c)[M][NV], float* out, int64_t ldo = kNR) {
 // run. 2816 x 2048 int8 from DRAM, two builds alternating in one process, 2 threads,
 // against 32 KiB pieces: M = 2 / 3 / 4 / 5 / 6 +28-32 / +27-32 / +18-25 / +16-23 / +11-22%;
 // 4 KiB pieces 2-10% behind 2 KiB, 8 KiB 5-11% behind 4; 8 KiB ahead within 4% of 4.
-constexpr int64_t kAheadBytes = 4096;
 OPTX_ALWAYS_INLINE void prefetch_row(const void* b, int64_t row, int64_t row_bytes, int64_t ahead) {
   const char* p = static_cast<const char*>(b) + row * row_bytes + ahead;
   for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
@@ -160,7 +162,6 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const int64_t chunk = 2 * kBf16ChunkBytes / (kNR * 4);  // k values, even
-  const int64_t ahead = 2 * kBf16AheadBytes / (kNR * 4);
   for (int64_t k0 = 0; k0 < kc || k0 == 0; k0 += chunk) {
     const int64_t k1 = std::min(kc, k0 + chunk);
     for (int s = 0; s < 8 / NV; ++s) {
@@ -169,11 +170,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
       // An odd kc reads one pair past K: zero in both packed A and B.
       for (int64_t k = k0; k < k1; k += 2) {
         const uint16_t* p = b + k * kNR + s * 16 * NV;
-        if (s == 0) {
-          if (pf.stream)  // the whole pair row, 4 lines
-            for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(b + (k + ahead) * kNR) + 64 * i, _MM_HINT_T0);
-          prefetch_l2_next(pf, k / 2);
-        }
+        if (s == 0) prefetch_ahead(pf, b, k / 2, kNR * 4, kBf16AheadBytes);  // whole pair rows
         __m256 ev[NV], od[NV];
 #pragma GCC unroll 4
         for (int i = 0; i < NV; ++i) widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 16 * i)), ev[i], od[i]);
