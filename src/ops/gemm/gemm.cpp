@@ -305,12 +305,30 @@ OPTX_ALWAYS_INLINE T widen(const Src* row, int64_t k) {
   else return T(row[k]);
 }
 
+// A chunk's row slices, one kMR-row micro-panel each: kMR rows and a remainder, or (even)
+// the same count of slices as level as they go, e.g. 8 rows as 4 + 4, 13 as 5 + 4 + 4.
+// The strip kernel's time per k hardly falls below 4 rows (2m accumulator chains wait on
+// the FMA latency; alone in L1, one core: 1.25 / 1.34 / 1.40 / 1.46 / 1.81 / 2.17 ns per k
+// at m = 1 .. 6), so a 1-3-row remainder costs nearly what 4 rows do. In place, 2816 x
+// 2048 bf16 weights, two builds alternating in one process (outputs bitwise equal): one
+// thread from L3 M = 8 / 9 -10% / -7%; two threads from DRAM M = 14 -12%, 8-20 otherwise
+// within +-4% (three slices' A panels and the 16 KiB strip overflow the 32 KiB L1, which
+// then sets the pace); moe_forward T = 128 -1 to -2%.
+struct RowSlices {
+  int count, base, extra;
+  RowSlices(int rows, bool even)
+      : count((rows + kMR - 1) / kMR), base(even && count ? rows / count : kMR), extra(even && count ? rows % count : 0) {}
+  int first(int s) const { return s * base + std::min(s, extra); }
+  int rows(int s, int total) const { return std::min(base + (s < extra ? 1 : 0), total - first(s)); }
+};
+
 template <class T, class Src>
-void pack_a_panels(const Src* src, int64_t lda, int rows, int64_t K, int64_t k_even, bool pairs,
+void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int rows, int64_t K, int64_t k_even, bool pairs,
                    T* dst) {
-  for (int rb = 0; rb < rows; rb += kMR) {
-    T* d = dst + int64_t(rb) * k_even;
-    const int live = std::min(kMR, rows - rb);
+  for (int sv = 0; sv < sl.count; ++sv) {
+    const int rb = sl.first(sv);
+    T* d = dst + int64_t(sv) * kMR * k_even;
+    const int live = sl.rows(sv, rows);
     const Src* row[kMR];
     for (int r = 0; r < kMR; ++r) row[r] = src + (rb + std::min(r, live - 1)) * lda;
     // Element (k, r) goes to d[idx(k, r)]; both orders below walk idx upwards.
@@ -371,12 +389,13 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     const int mrows = int(std::min(pl.mc, pl.M - row0));
     float* af = static_cast<float*>(apack);
     uint16_t* ab = static_cast<uint16_t*>(apack);
+    const RowSlices sl(mrows, strips(mrows));  // the strip kernel takes any m: even slices there
     if (use_dp)
-      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, true, ab);
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, true, ab);
     else if (p.a.dtype == DType::kF32)
-      pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
+      pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, false, af);
     else
-      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, mrows, K, pl.k_even, false, af);
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, false, af);
     const int64_t up = pl.swiglu ? pl.out_panels : 0;  // SwiGLU: up panel of output j is j + up
     auto packed_scales = [&](int64_t jb) { return bt == DType::kI8 ? p.packed_b->scales + jb * kNR : nullptr; };
     // Single-row decode on packed weights: four panels per call, four DRAM streams (with
@@ -473,12 +492,13 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           for (int s = 0; s < kNR / 16; ++s) {
             const float* strip = ready ? ready + s * kcur * 16 : wbuf;
             if (!ready) kt.widen_b(bt, kcur, bp, s, wbuf);
-            for (int ir = 0; ir < mrows; ir += kMR) {
+            for (int sv = 0; sv < sl.count; ++sv) {
+              const int ir = sl.first(sv);
               float* tile = dst + ir * kNR + 16 * s;
               const bool to_c = c_out && kb + kcur >= K;
-              kt.f32_strip(std::min(kMR, mrows - ir), kcur, af + a_off(ir), strip, tile, kb > 0,
-                           l2_share(s * slices + ir / kMR, kNR / 16 * slices, false),
-                           to_c ? c_out + ir * ldc + 16 * s : tile, to_c ? ldc : kNR);
+              kt.f32_strip(sl.rows(sv, mrows), kcur, af + a_off(sv * kMR), strip, tile, kb > 0,
+                           l2_share(s * slices + sv, kNR / 16 * slices, false), to_c ? c_out + ir * ldc + 16 * s : tile,
+                           to_c ? ldc : kNR);
             }
           }
           continue;

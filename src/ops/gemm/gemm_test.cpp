@@ -98,6 +98,23 @@ std::vector<Case> edge_cases() {
         c.lda_pad = M % 3;
         cs.push_back(c);
       }
+  // Row slices of the strip path, as even as kMR allows (8 = 4 + 4, 13 = 5 + 4 + 4, 20 =
+  // 5 x 4, ...): packed bf16, int8 and f32 strips, K over two blocks, identity C or beta
+  // and bias, so every slice height writes its own rows of the tile and of C.
+  for (int64_t M : {8, 9, 13, 14, 19, 20, 23})
+    for (DType bt : {DType::kBF16, DType::kI8, DType::kF32}) {
+      Case c;
+      c.M = M, c.N = 130, c.K = int64_t(kStripKc) + 44;
+      c.a = M % 2 && bt != DType::kF32 ? DType::kBF16 : DType::kF32, c.b = bt, c.c = DType::kF32;
+      if (bt == DType::kF32) c.layout = PackLayout::kStrips;
+      if (M % 3) {
+        c.beta = 0.5f;
+        c.bias = Bias::kF32;
+        c.ldc_pad = 3;
+      }
+      c.lda_pad = M % 2;
+      cs.push_back(c);
+    }
   // Unpacked B in row slices that share K blocks (strips): packed straight into f32 strips
   // from [N, K] (8 x 8 transposes, K and N tails) and [K, N] (row copies) f32 and bf16.
   for (auto [M, N, K] : {std::tuple{24, 128, 40}, {13, 100, 300}, {30, 64, 9}})
