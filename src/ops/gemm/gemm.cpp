@@ -8,7 +8,8 @@
 //       epilogue: alpha, per-channel scale, beta * C, bias, conversion -> C
 // The B micro-panel is reused mc/6 times from L1 and each A chunk is read from L2 once per
 // panel (units with KernelTable::f32_strip run each K block as four 16-column strips over
-// all row slices instead: see compute in run_thread); every output element is reduced
+// all row slices instead, the slices cut as evenly as the 6-row panels allow: see compute
+// in run_thread and RowSlices); every output element is reduced
 // over K in the same order whatever the thread count, so results are bitwise independent
 // of it.
 //
@@ -70,7 +71,8 @@ struct Plan {
 // remainder otherwise widens every block twice, in both slices' FMA loops; one thread,
 // bf16 weights N = K = 2048, alternating in one process: M = 10 (6 + 4) +13 to +20%,
 // M = 8, 9, 11 -2 to +3%, M = 7 (6 + 1) -13%, and f32 (a plain copy, nothing to save)
-// M = 8 / 10 -25% / -32%.
+// M = 8 / 10 -25% / -32%. With even slices (stop 27), M = 7 as 4 + 3 strips measured -3% to
+// +2% against the widening kernel's 6 + 1, so 7 rows stay there.
 inline bool strip_rows(DType bt, int64_t rows) { return rows >= 2 * kMR || (bt != DType::kF32 && rows >= kMR + 2); }
 
 // The workspace size does not depend on the implementation: packed A is sized as f32.
