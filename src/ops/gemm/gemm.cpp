@@ -317,20 +317,20 @@ OPTX_ALWAYS_INLINE T widen(const Src* row, int64_t k) {
 // within +-4% (three slices' A panels and the 16 KiB strip overflow the 32 KiB L1, which
 // then sets the pace); moe_forward T = 128 -1 to -2%.
 struct RowSlices {
-  int count, base, extra;
+  int total, count, base, extra;
   RowSlices(int rows, bool even)
-      : count((rows + kMR - 1) / kMR), base(even && count ? rows / count : kMR), extra(even && count ? rows % count : 0) {}
+      : total(rows), count((rows + kMR - 1) / kMR), base(even && count ? rows / count : kMR),
+        extra(even && count ? rows % count : 0) {}
   int first(int s) const { return s * base + std::min(s, extra); }
-  int rows(int s, int total) const { return std::min(base + (s < extra ? 1 : 0), total - first(s)); }
+  int rows(int s) const { return std::min(base + (s < extra ? 1 : 0), total - first(s)); }
 };
 
 template <class T, class Src>
-void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int rows, int64_t K, int64_t k_even, bool pairs,
-                   T* dst) {
+void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, int64_t k_even, bool pairs, T* dst) {
   for (int sv = 0; sv < sl.count; ++sv) {
     const int rb = sl.first(sv);
     T* d = dst + int64_t(sv) * kMR * k_even;
-    const int live = sl.rows(sv, rows);
+    const int live = sl.rows(sv);
     const Src* row[kMR];
     for (int r = 0; r < kMR; ++r) row[r] = src + (rb + std::min(r, live - 1)) * lda;
     // Element (k, r) goes to d[idx(k, r)]; both orders below walk idx upwards.
@@ -393,11 +393,11 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     uint16_t* ab = static_cast<uint16_t*>(apack);
     const RowSlices sl(mrows, strips(mrows));  // the strip kernel takes any m: even slices there
     if (use_dp)
-      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, true, ab);
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, true, ab);
     else if (p.a.dtype == DType::kF32)
-      pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, false, af);
+      pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, false, af);
     else
-      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, mrows, K, pl.k_even, false, af);
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, false, af);
     const int64_t up = pl.swiglu ? pl.out_panels : 0;  // SwiGLU: up panel of output j is j + up
     auto packed_scales = [&](int64_t jb) { return bt == DType::kI8 ? p.packed_b->scales + jb * kNR : nullptr; };
     // Single-row decode on packed weights: four panels per call, four DRAM streams (with
@@ -469,7 +469,6 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
                                   : reinterpret_cast<const char*>(p.packed_b->panel(next_jb));
           next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
         }
-        const int slices = (mrows + kMR - 1) / kMR;
         // Kernel call `call` of `calls` on this block pulls its share of next_b into L2.
         auto l2_share = [&](int64_t call, int64_t calls, bool stream) {
           Prefetch pf{.stream = stream};
@@ -480,7 +479,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           }
           return pf;
         };
-        auto a_off = [&](int ir) { return int64_t(ir) * pl.k_even + kb * kMR; };  // same for f32 and pairs
+        auto a_off = [&](int sv) { return int64_t(sv) * kMR * pl.k_even + kb * kMR; };  // slice sv's panel; f32 and pairs alike
+        const bool to_c = c_out && kb + kcur >= K;  // the last K block stores into C
         // Row slices share this block (strips, strip_rows): widen it once rather than in
         // every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). The block
         // is run a 16-column strip at a time over all row slices, each strip
@@ -497,23 +497,22 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
             for (int sv = 0; sv < sl.count; ++sv) {
               const int ir = sl.first(sv);
               float* tile = dst + ir * kNR + 16 * s;
-              const bool to_c = c_out && kb + kcur >= K;
-              kt.f32_strip(sl.rows(sv, mrows), kcur, af + a_off(sv * kMR), strip, tile, kb > 0,
-                           l2_share(s * slices + sv, kNR / 16 * slices, false), to_c ? c_out + ir * ldc + 16 * s : tile,
+              kt.f32_strip(sl.rows(sv), kcur, af + a_off(sv), strip, tile, kb > 0,
+                           l2_share(s * sl.count + sv, kNR / 16 * sl.count, false), to_c ? c_out + ir * ldc + 16 * s : tile,
                            to_c ? ldc : kNR);
             }
           }
           continue;
         }
-        for (int ir = 0; ir < mrows; ir += kMR) {
-          const int m = std::min(kMR, mrows - ir);
-          const Prefetch pf = l2_share(ir / kMR, slices, ir == 0);
+        for (int sv = 0; sv < sl.count; ++sv) {
+          const int ir = sl.first(sv), m = sl.rows(sv);
+          const Prefetch pf = l2_share(sv, sl.count, sv == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off(ir), bp, dst + ir * kNR, kb > 0, pf);
-          else if (c_out && kb + kcur >= K)
-            kt.f32b_out(m, kcur, af + a_off(ir), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
+            kt.bf16dp(m, kcur, ab + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
+          else if (to_c)
+            kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
           else
-            kern(m, kcur, af + a_off(ir), bp, dst + ir * kNR, kb > 0, pf);
+            kern(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
         }
       }
     };
