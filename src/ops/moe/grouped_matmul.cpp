@@ -40,6 +40,7 @@ Status check_shapes(const char* op, const TensorView& x, const PackedWeights* w,
     if ((*w)[g].n != n_cols)
       return Error(StatusCode::kInvalidArgument, op, ": weights[", g, "] has N=", (*w)[g].n, " but expected ", n_cols);
   }
+  OPTX_RETURN_IF_ERROR(moe_detail::check_weights_dtype(op, "weights", x.dtype, *w));
   if (need_data || !offs.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, offs, "group_offsets", E, DType::kI64, need_data));
   return Status::Ok();
 }
@@ -132,7 +133,7 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   }
   const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
   if (queue) {
-    const double fair = total_cost / (4.0 * nt);
+    const double fair = std::max(total_cost / (4.0 * nt), 1.0);  // >= 1: weights with N or K = 0 cost nothing
     std::vector<Item> cut;
     for (const Item& it : items) {
       const int64_t n = it.end - it.begin;

@@ -30,13 +30,14 @@ using moe_detail::kMaxTopK;
 // insertion; a value moves ahead only of strictly smaller ones, so an equal later id
 // stays behind. O(n) compares when most values fall below the current k-th (was k
 // passes over n with a taken-check each: 2x slower than an eager softmax + partial sort
-// at E = 64, k = 6).
-void topk(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
-  float best[kMaxTopK];
+// at E = 64, k = 6). Also picks the kept groups, so k may reach n_group (<= kMaxExperts).
+template <class T>
+void topk(const T* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
+  T best[kMaxExperts];
   int64_t cnt = 0;
   for (int64_t e = 0; e < n; ++e) {
     if (eligible && !eligible[e]) continue;
-    const float x = v[e];
+    const T x = v[e];
     if (cnt == k && !(x > best[k - 1])) continue;
     int64_t pos = cnt < k ? cnt++ : k - 1;  // when full, the last one drops out
     for (; pos > 0 && x > best[pos - 1]; --pos) best[pos] = best[pos - 1], out[pos] = out[pos - 1];
@@ -128,14 +129,14 @@ Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p
     for (int64_t e = 0; e < E; ++e) ok[e] = true;
     if (p.n_group > 1) {  // keep the topk_group best groups
       const int64_t gs = E / p.n_group;
-      float gscore[kMaxExperts];
+      double gscore[kMaxExperts];  // a top-2 sum of two scores near FLT_MAX stays finite and ordered, as in the reference
       for (int64_t g = 0; g < p.n_group; ++g) {
         float a = -INFINITY, b = -INFINITY;  // largest two
         for (int64_t e = g * gs; e < (g + 1) * gs; ++e) {
           if (sel[e] > a) b = a, a = sel[e];
           else if (sel[e] > b) b = sel[e];
         }
-        gscore[g] = p.group_score == MoeGroupScore::kMax ? a : a + (gs > 1 ? b : 0.0f);
+        gscore[g] = p.group_score == MoeGroupScore::kMax ? a : double(a) + (gs > 1 ? double(b) : 0.0);
       }
       int32_t keep[kMaxExperts];
       topk(gscore, nullptr, p.n_group, p.topk_group, keep);

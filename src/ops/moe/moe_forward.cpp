@@ -131,6 +131,12 @@ Status validate(const MoeForwardParams& p, bool need_data) {
       return Error(StatusCode::kInvalidArgument, op, ": shared_gate_up is [", sgu.n, ", ", sgu.k, "] and shared_down [", sdn.n, ", ",
                    sdn.k, "]; must be [2 I_s, H=", H, "] and [H, I_s] with I_s >= 1");
   }
+  OPTX_RETURN_IF_ERROR(moe_detail::check_weights_dtype(op, "gate_up", p.x.dtype, *p.gate_up));
+  OPTX_RETURN_IF_ERROR(moe_detail::check_weights_dtype(op, "down", p.x.dtype, *p.down));
+  if (p.shared_gate_up) {
+    OPTX_RETURN_IF_ERROR(moe_detail::check_weights_dtype(op, "shared_gate_up", p.x.dtype, *p.shared_gate_up));
+    OPTX_RETURN_IF_ERROR(moe_detail::check_weights_dtype(op, "shared_down", p.x.dtype, *p.shared_down));
+  }
   if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32, need_data));
   OPTX_RETURN_IF_ERROR(moe_detail::check_router(op, E, p.score, p.group_score, p.routed_scaling_factor, p.n_group, p.topk_group,
                                                  p.top_k, "top_k"));

@@ -82,6 +82,16 @@ inline Status check_router(const char* op, int64_t E, MoeScore score, MoeGroupSc
   return Status::Ok();
 }
 
+// Weights a gemm can take with activations of x_dtype: f32 x with f32, bf16 or int8
+// weights, bf16 x with bf16 or int8 ones. Checked by the MoE ops so that the error names
+// them and the matrix set rather than the inner gemm.
+inline Status check_weights_dtype(const char* op, const char* name, DType x_dtype, const PackedWeights& w) {
+  for (int64_t g = 0; g < w.count(); ++g)
+    if (x_dtype == DType::kBF16 && w[g].dtype == DType::kF32)
+      return Error(StatusCode::kInvalidArgument, op, ": ", name, "[", g, "].dtype=f32 but x.dtype=bf16; bf16 activations take bf16 or i8 weights");
+  return Status::Ok();
+}
+
 // A contiguous [n] view of dtype dt (n = -1: any length).
 inline Status check_1d(const char* op, const TensorView& t, const char* name, int64_t n, DType dt, bool need_data = true) {
   OPTX_RETURN_IF_ERROR(check_view(op, name, t, need_data));

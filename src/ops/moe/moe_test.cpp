@@ -59,6 +59,10 @@ TEST(MoeGating, EveryImplementationMatchesReference) {
       // Groups over a width off the vector lanes: ineligible experts in a partial vector.
       {MoeScore::kSoftmax, 36, 4, 6, 2, MoeGroupScore::kMax, false, true, false, 1.0f},
       {MoeScore::kSigmoid, 60, 6, 5, 2, MoeGroupScore::kTop2Sum, true, true, false, 2.5f},
+      // More kept groups than the 32 top-k slots: the group pick once wrote past a
+      // 32-entry buffer (a crash at topk_group = 40).
+      {MoeScore::kSigmoid, 64, 6, 64, 40, MoeGroupScore::kMax, true, true, false, 1.0f},
+      {MoeScore::kSoftmax, 128, 8, 64, 33, MoeGroupScore::kTop2Sum, true, false, false, 1.0f},
   };
   for (const GatingCase& c : cases)
     for (int64_t T : {0, 1, 7, 128, 1000}) {
@@ -86,6 +90,26 @@ TEST(MoeGating, EveryImplementationMatchesReference) {
           EXPECT_NEAR(w[size_t(t * c.k + j)], rw[size_t(j)], 1e-5 * std::max(1.0, std::fabs(rw[size_t(j)])));
         }
       }
+    }
+  });
+}
+
+// Group scores that are top-2 sums of selection scores near FLT_MAX (infinities clamp to
+// it): summed in float both groups overflowed to inf and tied, so the lower group won
+// where the reference implementation's double sums rank them (2 FLT_MAX > FLT_MAX + 1e38).
+TEST(MoeGating, GroupSumsNearFltMaxRankAsInReference) {
+  each_gating_impl([&] {
+    const float inf = INFINITY;
+    for (const auto& [bias, want] : {std::pair<std::vector<float>, int32_t>{{inf, 1e38f, inf, inf}, 2},
+                                     std::pair<std::vector<float>, int32_t>{{-inf, -inf, -1e38f, -inf}, 2}}) {
+      std::vector<float> logits(4, 0.0f), b = bias, w(1);
+      std::vector<int32_t> id(1, -7);
+      const MoeGatingParams p{.logits = make_view(logits.data(), DType::kF32, {1, 4}), .bias = make_view(b.data(), DType::kF32, {4}),
+                              .topk_ids = make_view(id.data(), DType::kI32, {1, 1}),
+                              .topk_weights = make_view(w.data(), DType::kF32, {1, 1}), .score = MoeScore::kSigmoid,
+                              .n_group = 2, .topk_group = 1, .group_score = MoeGroupScore::kTop2Sum};
+      ASSERT_TRUE(moe_gating_topk(p).ok());
+      EXPECT_EQ(id[0], want) << "bias[2]=" << b[2];
     }
   });
 }
@@ -1059,6 +1083,9 @@ TEST(MoeBadInput, ForwardChecksItsOwnArgumentsFirst) {
   p.x.data = xb.data();
   p.out.data = nullptr;
   EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: out.data is null"));
+  p.out.data = ob.data();  // bf16 activations against the layer's f32 experts
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: gate_up[0].dtype=f32 but x.dtype=bf16; bf16 activations take bf16 or i8 weights"));
+  EXPECT_EQ(moe_forward_workspace_size(p), 0u);
   p = l.p;
   p.x = make_view(l.x.data(), DType::kF32, {-1, l.H});
   EXPECT_EQ(moe_forward_workspace_size(p), 0u);
@@ -1179,6 +1206,17 @@ TEST(MoeBadInput, MessagesNameTheOpAndGiveTheValues) {
   EXPECT_TRUE(fails_with(grouped_matmul(p, {}), "grouped_matmul: workspace.bytes=0 but grouped_matmul_workspace_size()=" +
                                                     std::to_string(need)));
   EXPECT_TRUE(fails_with(grouped_matmul(p, {nullptr, need}), "grouped_matmul: workspace.data is null"));
+  // bf16 activations against f32 weights: no gemm takes the pair; the op says so itself.
+  std::vector<uint16_t> xb(M * K), yb(M * 2 * N);
+  GroupedMatmulParams pb = p;
+  pb.x = make_view(xb.data(), DType::kBF16, {M, K});
+  const std::string mixed = "weights[0].dtype=f32 but x.dtype=bf16; bf16 activations take bf16 or i8 weights";
+  EXPECT_TRUE(fails_with(grouped_matmul(pb, {}), "grouped_matmul: " + mixed));
+  EXPECT_EQ(grouped_matmul_workspace_size(pb), 0u);
+  const GroupedMatmulSwigluParams ps{.x = pb.x, .weights = &w, .group_offsets = p.group_offsets,
+                                     .out = make_view(yb.data(), DType::kBF16, {M, N / 2})};
+  EXPECT_TRUE(fails_with(grouped_matmul_swiglu(ps, {}), "grouped_matmul_swiglu: " + mixed));
+  EXPECT_EQ(grouped_matmul_swiglu_workspace_size(ps), 0u);
 
   RoutingBufs r(2, 2, 4, 4);
   MoeRoutingParams rp = r.p;
