@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <array>
 #include <cmath>
-#include <vector>
+#include <span>
 
 #include "numerics/quant_i8.h"
 #include "ops/moe/moe_internal.h"
@@ -84,6 +85,37 @@ GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
           .activation = j.act};
 }
 
+// The weight sets one call schedules together: moe_forward's routed and shared experts.
+// A fixed array: no heap allocation inside a call (DESIGN.md).
+constexpr size_t kMaxParts = 2;
+struct Jobs {
+  std::array<Job, kMaxParts> v;
+  size_t n = 0;
+  void push(const Job& j) { v[n++] = j; }
+  operator std::span<const Job>() const { return {v.data(), n}; }
+};
+
+// A queue item: rows [begin, end) of group g of jobs[job]; seq orders equal costs.
+struct Item {
+  size_t job;
+  int64_t g, begin, end;
+  double cost;
+  size_t seq;
+};
+
+// The schedule's lists live in the workspace: the non-empty groups (at most sum E), and
+// their row tiles, at most one per group plus total cost / fair share = 4 per thread
+// (ceil(x) <= x + 1); run_jobs also clips to this count, so rounding cannot overrun it.
+size_t group_count(std::span<const Job> jobs) {
+  size_t n = 0;
+  for (const Job& j : jobs) n += size_t(j.w->count());
+  return n;
+}
+size_t tile_cap(std::span<const Job> jobs, int nt) { return group_count(jobs) + 4 * size_t(nt) + 1; }
+size_t schedule_bytes(std::span<const Job> jobs, int nt) {
+  return kAlign + align_up((group_count(jobs) + tile_cap(jobs, nt)) * sizeof(Item) + size_t(nt) * sizeof(double));
+}
+
 // gemm sizes its buffers for its row-chunk cap, so its workspace grows monotonically with
 // M and all of x's rows bound every item. split: one GEMM on all threads; queue: one
 // serial GEMM workspace per thread, each aligned.
@@ -97,7 +129,10 @@ size_t queue_slice(std::span<const Job> jobs) {
   ThreadScope serial(1);
   return align_up(split_ws(jobs) + kAlign);
 }
-size_t jobs_ws(std::span<const Job> jobs) { return std::max(split_ws(jobs), size_t(num_threads()) * queue_slice(jobs)); }
+size_t jobs_ws(std::span<const Job> jobs) {
+  const int nt = num_threads();
+  return schedule_bytes(jobs, nt) + std::max(split_ws(jobs), size_t(nt) * queue_slice(jobs));
+}
 
 // Runs the jobs' GEMMs, then after(job, begin, end) on the same thread for each finished
 // item (an epilogue over whole rows, e.g. per-token quantisation, while they are in cache).
@@ -111,13 +146,15 @@ size_t jobs_ws(std::span<const Job> jobs) { return std::max(split_ws(jobs), size
 // tiles (each re-streams its weights, cheap next to its FLOPs at >= kMinTileRows rows).
 template <class After>
 Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, After&& after) {
-  struct Item {
-    size_t job;
-    int64_t g, begin, end;
-    double cost;
-  };
   const int nt = num_threads();
-  std::vector<Item> items;  // one per non-empty group
+  // [items: one per non-empty group][tiles][busy seconds per thread], then the GEMMs'.
+  const size_t sched = schedule_bytes(jobs, nt);
+  Item* const groups = reinterpret_cast<Item*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
+  Item* const tiles = groups + group_count(jobs);
+  const size_t cap = tile_cap(jobs, nt);
+  double* const busy = reinterpret_cast<double*>(tiles + cap);
+  ws = {static_cast<uint8_t*>(ws.data) + sched, ws.bytes - sched};
+  std::span<Item> items(groups, size_t(0));
   double total_cost = 0;
   for (size_t ji = 0; ji < jobs.size(); ++ji) {
     const Job& j = jobs[ji];
@@ -125,7 +162,8 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
       const int64_t end = j.counts ? begin + j.offs[g] : j.offs[g];
       if (end > begin) {  // empty groups: no item
         const double cost = double((*j.w)[g].n) * double((*j.w)[g].k) * (double(end - begin) + kStreamRows);
-        items.push_back({ji, g, begin, end, cost});
+        items = {items.data(), items.size() + 1};
+        items.back() = {ji, g, begin, end, cost, items.size()};
         total_cost += cost;
       }
       begin = end;
@@ -134,17 +172,20 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
   if (queue) {
     const double fair = std::max(total_cost / (4.0 * nt), 1.0);  // >= 1: weights with N or K = 0 cost nothing
-    std::vector<Item> cut;
-    for (const Item& it : items) {
+    size_t used = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Item& it = items[i];
       const int64_t n = it.end - it.begin;
-      const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(int64_t(std::ceil(it.cost / fair)), n / kMinTileRows));
-      for (int64_t q = 0; q < pieces; ++q) {
+      const int64_t room = int64_t(cap - used - (items.size() - 1 - i));  // >= 1: one kept for each item left
+      const int64_t pieces = std::clamp<int64_t>(std::min<int64_t>(int64_t(std::ceil(it.cost / fair)), n / kMinTileRows), 1, room);
+      for (int64_t q = 0; q < pieces; ++q, ++used) {
         const int64_t b = it.begin + n * q / pieces, e = it.begin + n * (q + 1) / pieces;
-        cut.push_back({it.job, it.g, b, e, it.cost * double(e - b + kStreamRows) / double(n + kStreamRows)});
+        tiles[used] = {it.job, it.g, b, e, it.cost * double(e - b + kStreamRows) / double(n + kStreamRows), used};
       }
     }
-    items = std::move(cut);
-    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+    items = {tiles, used};
+    // Costliest first, equal costs in cut order (std::stable_sort would take a heap buffer).
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost != b.cost ? a.cost > b.cost : a.seq < b.seq; });
   }
   auto run = [&](const Item& it, Workspace wsi) {
     OPTX_RETURN_IF_ERROR(gemm(item_gemm(jobs[it.job], it.g, it.begin, it.end), wsi));
@@ -153,7 +194,7 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   };
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  std::vector<double> busy(stats ? size_t(nt) : 0, 0.0);  // per thread, only when asked for
+  std::fill(busy, busy + nt, 0.0);  // per thread, reported when asked for
   auto account = [&] {
     if (!stats) return;
     stats->wall_s += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -162,7 +203,7 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   };
   if (!queue) {
     for (const Item& it : items) OPTX_RETURN_IF_ERROR(run(it, ws));
-    std::fill(busy.begin(), busy.end(), std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fill(busy, busy + nt, std::chrono::duration<double>(Clock::now() - t0).count());
     account();
     return Status::Ok();
   }
@@ -259,6 +300,11 @@ void swiglu_rows(const SwigluPart& s, int64_t begin, int64_t end) {
   }
 }
 
+Status check_parts(const char* op, size_t n) {
+  if (n > kMaxParts) return Error(StatusCode::kInvalidArgument, op, ": ", n, " weight sets in one call; at most ", kMaxParts);
+  return Status::Ok();
+}
+
 // Everything of a part but its offsets' values and the workspace (need_data: see
 // check_shapes).
 Status check_plain(const char* op, const GroupedMatmulParams& p, bool need_data) {
@@ -284,22 +330,24 @@ Status check_swiglu(const char* op, const GroupedMatmulSwigluParams& p, bool nee
 }  // namespace
 
 size_t grouped_matmul_workspace_size(std::span<const GroupedMatmulParams> parts) {
-  std::vector<Job> jobs;
+  if (parts.size() > kMaxParts) return 0;
+  Jobs jobs;
   for (const GroupedMatmulParams& p : parts) {
     if (!check_plain("grouped_matmul", p, /*need_data=*/false).ok()) return 0;
-    jobs.push_back(plain_job(p));
+    jobs.push(plain_job(p));
   }
   return jobs_ws(jobs);
 }
 
 Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats* stats, Workspace ws) {
   constexpr const char* op = "grouped_matmul";
-  std::vector<Job> jobs;
+  OPTX_RETURN_IF_ERROR(check_parts(op, parts.size()));
+  Jobs jobs;
   for (const GroupedMatmulParams& p : parts) {
     OPTX_RETURN_IF_ERROR(check_plain(op, p, /*need_data=*/true));
     OPTX_RETURN_IF_ERROR(check_offsets(op, static_cast<const int64_t*>(p.group_offsets.data), p.weights->count(),
                                        p.offsets_are_counts, p.x.sizes[0]));
-    jobs.push_back(plain_job(p));
+    jobs.push(plain_job(p));
   }
   OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_workspace_size", ws, jobs_ws(jobs)));
   return run_jobs(jobs, stats, ws, [](size_t, int64_t, int64_t) {});
@@ -307,23 +355,31 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
 
 namespace {
 // [aligned f32 buffers of the parts that need one][the GEMMs' workspace] + aligning the base.
-size_t swiglu_ws(std::span<const SwigluPart> sp, std::vector<Job>* jobs) {
+size_t swiglu_ws(std::span<const SwigluPart> sp, Jobs* jobs) {
   size_t bufs = 0;
   for (const SwigluPart& s : sp) {
     bufs += s.buf_bytes;
-    jobs->push_back(s.job);
+    jobs->push(s.job);
   }
   return kAlign + bufs + jobs_ws(*jobs);
 }
+
+struct SwigluParts {
+  std::array<SwigluPart, kMaxParts> v;
+  size_t n = 0;
+  void push(const SwigluPart& s) { v[n++] = s; }
+  operator std::span<const SwigluPart>() const { return {v.data(), n}; }
+};
 }  // namespace
 
 size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
-  std::vector<SwigluPart> sp;
+  if (parts.size() > kMaxParts) return 0;
+  SwigluParts sp;
   for (const GroupedMatmulSwigluParams& p : parts) {
     if (!check_swiglu("grouped_matmul_swiglu", p, /*need_data=*/false).ok()) return 0;
-    sp.push_back(swiglu_part(p));
+    sp.push(swiglu_part(p));
   }
-  std::vector<Job> jobs;
+  Jobs jobs;
   return swiglu_ws(sp, &jobs);
 }
 
@@ -331,23 +387,24 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   constexpr const char* op = "grouped_matmul_swiglu";
   // Validate every part, then plan each once: the sizing, the buffers and the schedule
   // all come from the same parts.
-  std::vector<SwigluPart> sp;
+  OPTX_RETURN_IF_ERROR(check_parts(op, parts.size()));
+  SwigluParts sp;
   for (const GroupedMatmulSwigluParams& p : parts) {
     OPTX_RETURN_IF_ERROR(check_swiglu(op, p, /*need_data=*/true));
     OPTX_RETURN_IF_ERROR(check_offsets(op, static_cast<const int64_t*>(p.group_offsets.data), p.weights->count(), false, p.x.sizes[0]));
-    sp.push_back(swiglu_part(p));
+    sp.push(swiglu_part(p));
   }
-  std::vector<Job> jobs;
+  Jobs jobs;
   OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, swiglu_ws(sp, &jobs)));
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  for (size_t i = 0; i < sp.size(); ++i) {
-    if (!sp[i].buf_cols) continue;
-    sp[i].job.out.data = jobs[i].out.data = at;
-    at += sp[i].buf_bytes;
+  for (size_t i = 0; i < sp.n; ++i) {
+    if (!sp.v[i].buf_cols) continue;
+    sp.v[i].job.out.data = jobs.v[i].out.data = at;
+    at += sp.v[i].buf_bytes;
   }
   const size_t used = size_t(at - static_cast<uint8_t*>(ws.data));
   return run_jobs(jobs, stats, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used},
-                  [&](size_t j, int64_t begin, int64_t end) { swiglu_rows(sp[j], begin, end); });
+                  [&](size_t j, int64_t begin, int64_t end) { swiglu_rows(sp.v[j], begin, end); });
 }
 
 }  // namespace moe_detail

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -868,6 +871,82 @@ TEST(MoeForward, AllTokensOnOneExpertOnSelectedIsa) {
   set_num_threads(0);
 }
 
+// operator new calls while armed (the replacement at the end of this file): DESIGN.md
+// allows no heap allocation inside an op call.
+std::atomic<bool> g_count_news{false};
+std::atomic<long> g_news{0};
+
+// Every MoE op after a first call (lazy registries, the thread pool), on both grouped
+// schedules: T = 64 over 8 experts queues its items, T = 1 splits each GEMM; schedule
+// statistics requested with their vector already sized. The grouped GEMMs once built
+// their item lists and job arrays in std::vectors.
+TEST(MoeForward, NoHeapAllocationInsideACall) {
+  set_num_threads(2);
+  const int64_t H = 32, E = 8, k = 2, I = 64, Is = 64;
+  testing::Rng rng{77};
+  auto rnd = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = rng.uniform(-1, 1);
+    return v;
+  };
+  std::vector<float> router = rnd(E * H), gu = rnd(E * 2 * I * H), dn = rnd(E * H * I), sgu = rnd(2 * Is * H), sdn = rnd(H * Is);
+  PackedWeights Wgu, Wdn, Sgu, Sdn;
+  ASSERT_TRUE(pack_weights({.w = make_view(gu.data(), DType::kF32, {E, 2 * I, H})}, &Wgu).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(dn.data(), DType::kF32, {E, H, I})}, &Wdn).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(sgu.data(), DType::kF32, {2 * Is, H})}, &Sgu).ok());
+  ASSERT_TRUE(pack_weights({.w = make_view(sdn.data(), DType::kF32, {H, Is})}, &Sdn).ok());
+  for (const int64_t T : {64, 1}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::vector<float> x = rnd(size_t(T * H)), out(size_t(T * H)), logits = rnd(size_t(T * E)), w(size_t(T * k)), h(size_t(T * k * I));
+    std::vector<float> sorted(size_t(T * k * H)), y(size_t(T * k * H));
+    std::vector<int32_t> ids(size_t(T * k)), row_map(size_t(T * k)), inverse(size_t(T * k));
+    std::vector<int64_t> counts(E), offsets(E);
+    ScheduleStats stats;
+    stats.busy_s.resize(2);
+    const MoeForwardParams fp{.x = make_view(x.data(), DType::kF32, {T, H}), .router = make_view(router.data(), DType::kF32, {E, H}),
+                              .top_k = k, .gate_up = &Wgu, .down = &Wdn, .shared_gate_up = &Sgu, .shared_down = &Sdn,
+                              .out = make_view(out.data(), DType::kF32, {T, H}), .stats = &stats};
+    const MoeGatingParams gp{.logits = make_view(logits.data(), DType::kF32, {T, E}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                             .topk_weights = make_view(w.data(), DType::kF32, {T, k})};
+    const MoeRoutingParams rp{.x = make_view(x.data(), DType::kF32, {T, H}), .topk_ids = gp.topk_ids, .num_experts = E,
+                              .sorted_rows = make_view(sorted.data(), DType::kF32, {T * k, H}),
+                              .row_map = make_view(row_map.data(), DType::kI32, {T * k}),
+                              .inverse = make_view(inverse.data(), DType::kI32, {T * k}),
+                              .counts = make_view(counts.data(), DType::kI64, {E}), .offsets = make_view(offsets.data(), DType::kI64, {E})};
+    const GroupedMatmulSwigluParams up{.x = rp.sorted_rows, .weights = &Wgu, .group_offsets = rp.offsets,
+                                       .out = make_view(h.data(), DType::kF32, {T * k, I}), .stats = &stats};
+    const GroupedMatmulParams down{.x = up.out, .weights = &Wdn, .group_offsets = rp.offsets,
+                                   .out = make_view(y.data(), DType::kF32, {T * k, H}), .stats = &stats};
+    const MoeFinalizeParams fin{.y = down.out, .inverse = rp.inverse, .weights = gp.topk_weights, .out = fp.out};
+    const size_t need = std::max({moe_forward_workspace_size(fp), grouped_matmul_swiglu_workspace_size(up),
+                                  grouped_matmul_workspace_size(down)});
+    std::vector<uint8_t> ws(need);
+    const Workspace wsv{ws.data(), ws.size()};
+    auto calls = [&] {
+      Status st = moe_gating_topk(gp);
+      if (st.ok()) st = moe_init_routing(rp);
+      if (st.ok()) st = grouped_matmul_swiglu(up, wsv);
+      if (st.ok()) st = grouped_matmul(down, wsv);
+      if (st.ok()) st = moe_finalize_routing(fin);
+      if (st.ok()) st = moe_forward(fp, wsv);
+      return st;
+    };
+    ASSERT_TRUE(calls().ok());
+    int64_t used = 0;
+    for (int64_t c : counts) used += c > 0;
+    if (T == 64) {
+      EXPECT_GE(used, 4) << "the queue schedule needs >= 2 non-empty groups per thread";
+    }
+    g_news = 0;
+    g_count_news = true;
+    const Status st = calls();
+    g_count_news = false;
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(g_news.load(), 0) << "operator new calls inside the MoE ops";
+  }
+  set_num_threads(0);
+}
+
 TEST(MoeBadInput, MessagesNameTheArgument) {
   std::vector<float> logits(2 * 8);
   std::vector<int32_t> ids(2 * 3);
@@ -1246,3 +1325,13 @@ TEST(MoeBadInput, MessagesNameTheOpAndGiveTheValues) {
 
 }  // namespace
 }  // namespace optx
+
+// Counts allocations for NoHeapAllocationInsideACall; otherwise the default behaviour.
+// Not inlined: GCC would pair its built-in new with the free() below and warn.
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  if (optx::g_count_news.load(std::memory_order_relaxed)) optx::g_news.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
