@@ -44,6 +44,8 @@ Status check_view(const char* op, const char* name, const TensorView& t, bool ne
 }
 
 Status check_disjoint(const char* op, const char* name, const TensorView& t) {
+  for (int d = 0; d < t.rank; ++d)  // nothing is written: make_view gives the dims above an empty one stride 0
+    if (t.sizes[d] == 0) return Status::Ok();
   int dims[kMaxRank];
   int n = 0;
   for (int d = 0; d < t.rank; ++d)

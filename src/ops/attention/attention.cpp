@@ -207,6 +207,7 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
     return Error(StatusCode::kInvalidArgument, op, ": out.sizes[", last, "]=", p.out.sizes[last], " but v.sizes[", last, "]=", g->Dv);
   if (g->D < 1 || g->D > kMaxHeadDim || g->Dv < 1 || g->Dv > kMaxHeadDim)
     return Error(StatusCode::kInvalidArgument, op, ": head dims D=", g->D, ", Dv=", g->Dv, " must be in [1, ", kMaxHeadDim, "]");
+  if (g->Nq < 1) return Error(StatusCode::kInvalidArgument, op, ": q has Nq=", g->Nq, " heads; need at least one");
   if (g->Nkv < 1 || g->Nq % g->Nkv != 0)
     return Error(StatusCode::kInvalidArgument, op, ": q heads Nq=", g->Nq, " must be a multiple of kv heads Nkv=", g->Nkv);
   if (!p.lse.empty()) {
@@ -451,6 +452,7 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
     return Error(StatusCode::kInvalidArgument, op, ": q.dtype=", dtype_name(q.dtype), " but must be f32 or bf16");
   const int64_t B = q.sizes[0], Sq = q.sizes[1], Nq = q.sizes[2];
   if (Sq < 1 || Sq > 8) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[1]=", Sq, " new tokens must be in [1, 8]");
+  if (Nq < 1) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[2]=", Nq, " query heads; need at least one");
   if (out.sizes[0] != B || out.sizes[1] != Sq || out.sizes[2] != Nq || out.sizes[3] != Dv || out.dtype != q.dtype)
     return Error(StatusCode::kInvalidArgument, op, ": out must be ", dtype_name(q.dtype), " [B=", B, ", Sq=", Sq, ", Nq=", Nq,
                  ", Dv=", Dv, "]");

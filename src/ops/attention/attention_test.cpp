@@ -713,6 +713,48 @@ TEST(AttentionBadInput, FuzzFindings) {
   u.out = make_view(o.data(), DType::kF32, {3, 4});
   u.outs = make_view(nullptr, DType::kF32, {int64_t(1) << 62, 3, 4});
   EXPECT_NE(err(attention_update(u)), "ok");
+
+  // Zero query heads passed the Nq % Nkv check, then the job tiling divided by zero
+  // (SIGFPE, in the decode workspace queries too).
+  std::vector<int32_t> one_block = {0}, one_len = {1};
+  FlashAttentionParams f0{.q = make_view(q.data(), DType::kF32, {1, 1, 0, 8}), .k = make_view(k.data(), DType::kF32, {1, 3, 2, 8}),
+                          .v = make_view(k.data(), DType::kF32, {1, 3, 2, 8}), .out = make_view(out.data(), DType::kF32, {1, 1, 0, 8})};
+  EXPECT_EQ(flash_attention_workspace_size(f0), 0u);
+  EXPECT_EQ(err(flash_attention(f0, {ws.data(), ws.size()})), "flash_attention: q has Nq=0 heads; need at least one");
+  PagedDecodeParams d0{.q = make_view(q.data(), DType::kF32, {1, 1, 0, 8}), .k_cache = make_view(k.data(), DType::kF32, {4, 8}),
+                       .v_cache = make_view(k.data(), DType::kF32, {4, 8}), .block_tables = make_view(one_block.data(), DType::kI32, {1, 1}),
+                       .seq_lens = make_view(one_len.data(), DType::kI32, {1}), .block_size = 4, .kv_heads = 1,
+                       .out = make_view(out.data(), DType::kF32, {1, 1, 0, 8})};
+  EXPECT_EQ(paged_decode_attention_workspace_size(d0), 0u);
+  EXPECT_EQ(err(paged_decode_attention(d0, {ws.data(), ws.size()})), "paged_decode_attention: q.sizes[2]=0 query heads; need at least one");
+  MlaDecodeParams m0{.q = make_view(q.data(), DType::kF32, {1, 1, 0, 8}), .cache = make_view(k.data(), DType::kF32, {4, 8}),
+                     .block_tables = d0.block_tables, .seq_lens = d0.seq_lens, .block_size = 4, .kv_lora_rank = 4,
+                     .out = make_view(out.data(), DType::kF32, {1, 1, 0, 4}), .scale = 0.1f};
+  EXPECT_EQ(mla_decode_attention_workspace_size(m0), 0u);
+  EXPECT_EQ(err(mla_decode_attention(m0, {ws.data(), ws.size()})), "mla_decode_attention: q.sizes[2]=0 query heads; need at least one");
+}
+
+// Zero query tokens write nothing: make_view gives the dims above an empty one stride 0,
+// which the output overlap check took for repeated elements.
+TEST(AttentionBadInput, ZeroQueryTokensAreNoOps) {
+  std::vector<float> kv(2 * 3 * 2 * 8, 0.5f), lse(4, -7.0f);
+  std::vector<int32_t> cq = {0, 0, 0}, ck = {0, 3, 6};
+  std::vector<uint8_t> ws(1 << 20);
+  for (AttnLayout layout : {AttnLayout::kBSND, AttnLayout::kBNSD}) {
+    const bool bsnd = layout == AttnLayout::kBSND;
+    const TensorView q = bsnd ? make_view(nullptr, DType::kF32, {2, 0, 2, 8}) : make_view(nullptr, DType::kF32, {2, 2, 0, 8});
+    const TensorView kv4 = bsnd ? make_view(kv.data(), DType::kF32, {2, 3, 2, 8}) : make_view(kv.data(), DType::kF32, {2, 2, 3, 8});
+    FlashAttentionParams p{.q = q, .k = kv4, .v = kv4, .out = q,
+                           .lse = make_view(nullptr, DType::kF32, {2, 2, 0}), .layout = layout};
+    const Status st = flash_attention(p, {ws.data(), flash_attention_workspace_size(p)});
+    EXPECT_TRUE(st.ok()) << (bsnd ? "BSND: " : "BNSD: ") << st.message();
+  }
+  FlashAttentionParams t{.q = make_view(nullptr, DType::kF32, {0, 2, 8}), .k = make_view(kv.data(), DType::kF32, {6, 2, 8}),
+                         .v = make_view(kv.data(), DType::kF32, {6, 2, 8}), .out = make_view(nullptr, DType::kF32, {0, 2, 8}),
+                         .lse = make_view(nullptr, DType::kF32, {2, 0}), .layout = AttnLayout::kTND,
+                         .cu_seqlens_q = make_view(cq.data(), DType::kI32, {3}), .cu_seqlens_kv = make_view(ck.data(), DType::kI32, {3})};
+  const Status st = flash_attention(t, {ws.data(), flash_attention_workspace_size(t)});
+  EXPECT_TRUE(st.ok()) << "TND: " << st.message();
 }
 
 TEST(AttentionDispatch, SelectedRespectsMaxIsa) {
