@@ -65,6 +65,9 @@ struct PagedDecodeParams {
   TensorView lse;           // [B, Nq, Sq] f32; may be empty
   float scale = 0.0f;       // 0: 1 / sqrt(D)
 };
+// Sized for what block_tables can hold (max_blocks * block_size tokens), not the current
+// seq_lens: one query serves every later decode step with the same B, heads and tables
+// shape (and thread count). The same holds for mla_decode_attention_workspace_size.
 size_t paged_decode_attention_workspace_size(const PagedDecodeParams& p);
 Status paged_decode_attention(const PagedDecodeParams& p, Workspace ws);
 

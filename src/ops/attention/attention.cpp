@@ -358,6 +358,7 @@ struct DecodeJobs {
   int64_t k_rs = 0, v_rs = 0, k_hs = 0, v_hs = 0;  // slot stride and per-kv-head offset
   const int32_t* tables = nullptr;
   int64_t table_stride = 0, block_size = 0;
+  int64_t len_cap = 0;  // the longest sequence the block tables can hold (seq_lens are i32)
   const int32_t* seq_lens = nullptr;
   I8Kv i8;                // i8 caches: base planes, one KV head's widths (staging set per thread by run_jobs)
   float* part = nullptr;  // splits > 1: per row and split, Dv outputs then the lse
@@ -477,27 +478,34 @@ Status decode_validate_common(const char* op, const TensorView& q, const TensorV
 // runs), GQA ctx 32k +3% / +18%; at ctx 8k (2048 keys per split) MLA lost 6-9%.
 constexpr int64_t kMinSplitBlocks = 4;
 constexpr int64_t kBalanceSplits = 4, kBalanceBlocks = 4096 / kKvBlock;
-int64_t decode_splits(const DecodeJobs& d) {
+// max_len: the longest sequence (the run), or the tables' capacity (the workspace query:
+// the count never falls as max_len grows, so a workspace sized once for the tables
+// serves every later decode step).
+int64_t decode_splits(const DecodeJobs& d, int64_t max_len) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
   if (jobs >= T) return 1;
-  int64_t max_len = 0;
-  for (int64_t b = 0; b < d.B; ++b) max_len = std::max<int64_t>(max_len, d.seq_lens[b]);
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
   const int64_t per_job = (T + jobs - 1) / jobs;
   const int64_t splits = std::max(std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks));
   return std::clamp<int64_t>(splits, 1, 64);
 }
 
-// Sized for the larger split count of the two job shapes: the workspace query does not
-// know which kernel will run.
+int64_t longest(const DecodeJobs& d) {
+  int64_t max_len = 0;
+  for (int64_t b = 0; b < d.B; ++b) max_len = std::max<int64_t>(max_len, d.seq_lens[b]);
+  return max_len;
+}
+
+// Sized for the larger split count of the two job shapes (the workspace query does not
+// know which kernel will run) at the tables' capacity, not the current seq_lens.
 size_t decode_workspace(const DecodeJobs& d) {
   size_t bytes = d.per_thread() * size_t(num_threads()) + kAlign;
-  int64_t splits = d.splits;
+  int64_t splits = d.B > 0 ? decode_splits(d, d.len_cap) : 1;
   if (d.B > 0 && d.all_heads_fit()) {
     DecodeJobs a = d;
     a.all_heads = true;
-    splits = std::max(splits, decode_splits(a));
+    splits = std::max(splits, decode_splits(a, d.len_cap));
   }
   if (splits > 1) bytes += align_up(size_t(d.rows_total() * splits * (d.cfg.Dv + 1)) * sizeof(float));
   return bytes;
@@ -560,7 +568,7 @@ Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op)
   const size_t need = decode_workspace(d);
   if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows, k.decode_f32)) {
     d.all_heads = true;
-    d.splits = decode_splits(d);
+    d.splits = decode_splits(d, longest(d));
   }
   if (d.all_heads && d.Nq * d.Sq > d.cfg.max_rows)  // the job scratch is laid out for max_rows rows
     return Error(StatusCode::kInternal, op, ": an all-heads job of ", d.Nq * d.Sq, " rows exceeds the ", d.cfg.max_rows,
@@ -594,9 +602,11 @@ void decode_common(DecodeJobs& d, const TensorView& q, const TensorView& out, co
   d.tables = static_cast<const int32_t*>(tables.data);
   d.table_stride = tables.strides[0];
   d.block_size = block_size;
+  const int64_t max_blocks = tables.sizes[1];
+  d.len_cap = max_blocks > INT32_MAX / block_size ? INT32_MAX : max_blocks * block_size;
   d.seq_lens = static_cast<const int32_t*>(lens.data);
   d.splits = 1;
-  if (d.B > 0) d.splits = decode_splits(d);
+  if (d.B > 0) d.splits = decode_splits(d, longest(d));
   // An all-heads job past kMaxRows rows (speculative decoding: Sq > 1 over 32 heads) has
   // its scratch laid out for its rows; the workspace query sizes it whatever the kernel.
   if (d.all_heads_fit()) d.cfg.max_rows = int(std::max<int64_t>(kMaxRows, d.Nq * d.Sq));

@@ -325,6 +325,33 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
 // the split's partial buffers, and the two outputs agree to the rounding the split moves
 // (f32: 1e-5; bf16: the P tiles round exp(s - running max) to bf16 and each split has its
 // own running max, so two bf16 ulps of the output's scale).
+// A workspace sized at an early decode step serves the later ones: the KV split count,
+// and the partials it needs, grow with the sequence, so the query sizes for what the
+// block tables can hold (before, 1024 tokens at 2 threads failed a workspace sized at 16).
+TEST(Decode, WorkspaceSizedOnceServesLongerContexts) {
+  set_num_threads(2);
+  const int64_t Nq = 8, Nkv = 2, D = 64, R = 48, bs = 16, max_blocks = 64, slots = max_blocks * bs;
+  std::vector<float> q(Nq * D, 0.1f), cache(slots * Nkv * D, 0.01f), out(Nq * D);
+  std::vector<int32_t> tables(max_blocks), len = {16};
+  for (int64_t i = 0; i < max_blocks; ++i) tables[size_t(i)] = int32_t(max_blocks - 1 - i);
+  const TensorView bt = make_view(tables.data(), DType::kI32, {1, max_blocks}), sl = make_view(len.data(), DType::kI32, {1});
+  const PagedDecodeParams p{.q = make_view(q.data(), DType::kF32, {1, 1, Nq, D}), .k_cache = make_view(cache.data(), DType::kF32, {slots, Nkv * D}),
+                            .v_cache = make_view(cache.data(), DType::kF32, {slots, Nkv * D}), .block_tables = bt, .seq_lens = sl,
+                            .block_size = bs, .kv_heads = Nkv, .out = make_view(out.data(), DType::kF32, {1, 1, Nq, D})};
+  const MlaDecodeParams m{.q = make_view(q.data(), DType::kF32, {1, 1, Nq, D}), .cache = make_view(cache.data(), DType::kF32, {slots, D}),
+                          .block_tables = bt, .seq_lens = sl, .block_size = bs, .kv_lora_rank = R,
+                          .out = make_view(out.data(), DType::kF32, {1, 1, Nq, R}), .scale = 0.1f};
+  std::vector<uint8_t> ws_p(paged_decode_attention_workspace_size(p)), ws_m(mla_decode_attention_workspace_size(m));
+  for (int32_t L : {16, 300, 1024}) {
+    len[0] = L;
+    const Status a = paged_decode_attention(p, {ws_p.data(), ws_p.size()}), b = mla_decode_attention(m, {ws_m.data(), ws_m.size()});
+    EXPECT_TRUE(a.ok()) << "L=" << L << ": " << a.message();
+    EXPECT_TRUE(b.ok()) << "L=" << L << ": " << b.message();
+    EXPECT_EQ(paged_decode_attention_workspace_size(p), ws_p.size()) << "L=" << L;
+  }
+  set_num_threads(0);
+}
+
 TEST(Decode, SplitAgreesWithUnsplit) {
   for (bool mla : {false, true}) {
     for (DType dt : {DType::kF32, DType::kBF16})
