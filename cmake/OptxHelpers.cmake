@@ -33,7 +33,8 @@ function(optx_finalize_tests)
   get_property(families GLOBAL PROPERTY OPTX_TEST_FAMILIES)
   foreach(family ${families})
     get_property(srcs GLOBAL PROPERTY OPTX_TEST_SOURCES_${family})
-    add_executable(optx_${family}_test ${srcs} ${PROJECT_SOURCE_DIR}/testing/test_isolation.cpp)
+    add_executable(optx_${family}_test ${srcs} ${PROJECT_SOURCE_DIR}/testing/test_isolation.cpp
+                   ${PROJECT_SOURCE_DIR}/testing/alloc_count.cpp)
     target_link_libraries(optx_${family}_test PRIVATE optx_testing optx GTest::gtest_main)
     # Each binary runs every implementation the host can run against the reference; the
     # capped runs check dispatch itself picks and runs the lower ISA paths.

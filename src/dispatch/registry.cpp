@@ -21,21 +21,22 @@ std::mutex& ops_mutex() {
 }
 }  // namespace
 
-std::string forced_impl(const std::string& op) {
+// A view into the environment (no copy: selection runs on every op call, and an op name
+// past the small-string buffer made each call allocate); valid until OPTX_IMPL changes.
+std::string_view forced_impl(std::string_view op) {
   const char* env = std::getenv("OPTX_IMPL");
-  if (!env) return "";
+  if (!env) return {};
   // Format: op=impl[,op=impl...]
-  std::string s(env);
-  size_t pos = 0;
-  while (pos <= s.size()) {
+  const std::string_view s(env);
+  for (size_t pos = 0; pos <= s.size();) {
     size_t end = s.find(',', pos);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(pos, end - pos);
-    size_t eq = item.find('=');
-    if (eq != std::string::npos && item.substr(0, eq) == op) return item.substr(eq + 1);
+    if (end == std::string_view::npos) end = s.size();
+    const std::string_view item = s.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    if (eq != std::string_view::npos && item.substr(0, eq) == op) return item.substr(eq + 1);
     pos = end + 1;
   }
-  return "";
+  return {};
 }
 
 void register_op(const std::string& op, std::string (*selected)()) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/log.h"
@@ -17,7 +18,7 @@
 namespace optx::dispatch {
 
 // Value of OPTX_IMPL for this op, or "" if none is forced.
-std::string forced_impl(const std::string& op);
+std::string_view forced_impl(std::string_view op);
 
 // Registers an op's selection query so optx::selected_impl() and `optx info` can see it.
 void register_op(const std::string& op, std::string (*selected)());
@@ -45,7 +46,7 @@ class Registry {
     return r;
   }
 
-  const Impl<Fn>* find(const std::string& name) const {
+  const Impl<Fn>* find(std::string_view name) const {
     for (const auto& i : impls_)
       if (name == i.name) return &i;
     return nullptr;
@@ -53,7 +54,7 @@ class Registry {
 
   // The implementation to run, or an error if OPTX_IMPL forces one that cannot run here.
   Status select(const Impl<Fn>** out) const {
-    const std::string forced = forced_impl(op_);
+    const std::string_view forced = forced_impl(op_);
     if (!forced.empty()) {
       const Impl<Fn>* i = find(forced);
       if (!i) return Error(StatusCode::kUnsupported, op_, ": OPTX_IMPL names '", forced,
@@ -83,7 +84,7 @@ class Registry {
 
   std::string selected_name() const {
     const Impl<Fn>* i = nullptr;
-    if (!select(&i).ok()) return "unavailable(" + forced_impl(op_) + ")";
+    if (!select(&i).ok()) return "unavailable(" + std::string(forced_impl(op_)) + ")";
     return i->name;
   }
 

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "ops/attention/attention_testutil.h"
+#include "testing/alloc_count.h"
 #include "optx/kv_cache.h"
 #include "optx/rope.h"
 
@@ -325,6 +326,50 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
 // the split's partial buffers, and the two outputs agree to the rounding the split moves
 // (f32: 1e-5; bf16: the P tiles round exp(s - running max) to bf16 and each split has its
 // own running max, so two bf16 ulps of the output's scale).
+// No heap allocation inside a call (DESIGN.md), on one and two threads, after a first call:
+// selecting the implementation copied the op's name, which past 15 characters
+// (paged_decode_attention, mla_decode_attention) left the small-string buffer.
+TEST(Attention, NoHeapAllocationInsideACall) {
+  const int64_t S = 200, H = 4, Hk = 2, D = 64, bs = 16, nb = 32, slots = nb * bs;
+  std::vector<uint16_t> q(S * H * D, 0x3c00), k(S * Hk * D, 0x3c00), o(S * H * D), kc(slots * Hk * D, 0x3c00), mc(slots * 96, 0x3c00);
+  std::vector<float> lse(H * S), outs(3 * 4 * 64), lses(3 * 4), uo(4 * 64);
+  std::vector<int32_t> bt(2 * 16), sl = {250, 40};
+  for (size_t i = 0; i < bt.size(); ++i) bt[i] = int32_t(i * 7 % nb);
+  std::vector<uint8_t> ws(16 << 20);
+  const Workspace w{ws.data(), ws.size()};
+  const FlashAttentionParams f{.q = make_view(q.data(), DType::kBF16, {1, S, H, D}), .k = make_view(k.data(), DType::kBF16, {1, S, Hk, D}),
+                               .v = make_view(k.data(), DType::kBF16, {1, S, Hk, D}), .out = make_view(o.data(), DType::kBF16, {1, S, H, D}),
+                               .lse = make_view(lse.data(), DType::kF32, {1, H, S}), .causal = true};
+  const PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {2, 1, H, D}), .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hk * D}),
+                            .v_cache = make_view(kc.data(), DType::kBF16, {slots, Hk * D}),
+                            .block_tables = make_view(bt.data(), DType::kI32, {2, 16}), .seq_lens = make_view(sl.data(), DType::kI32, {2}),
+                            .block_size = bs, .kv_heads = Hk, .out = make_view(o.data(), DType::kBF16, {2, 1, H, D})};
+  PagedDecodeParams p1 = p;  // one sequence: split along the KV axis at two threads
+  p1.q.sizes[0] = p1.out.sizes[0] = p1.block_tables.sizes[0] = p1.seq_lens.sizes[0] = 1;
+  const MlaDecodeParams m{.q = make_view(q.data(), DType::kBF16, {1, 1, 8, 96}), .cache = make_view(mc.data(), DType::kBF16, {slots, 96}),
+                          .block_tables = p1.block_tables, .seq_lens = p1.seq_lens, .block_size = bs, .kv_lora_rank = 64,
+                          .out = make_view(o.data(), DType::kBF16, {1, 1, 8, 64}), .scale = 0.1f};
+  const AttentionUpdateParams u{.outs = make_view(outs.data(), DType::kF32, {3, 4, 64}), .lses = make_view(lses.data(), DType::kF32, {3, 4}),
+                                .out = make_view(uo.data(), DType::kF32, {4, 64})};
+  auto calls = [&] {
+    Status st = flash_attention(f, w);
+    if (st.ok()) st = paged_decode_attention(p, w);
+    if (st.ok()) st = paged_decode_attention(p1, w);
+    if (st.ok()) st = mla_decode_attention(m, w);
+    if (st.ok()) st = attention_update(u);
+    return st;
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    ASSERT_TRUE(calls().ok());
+    const testing::AllocCount news;
+    const Status st = calls();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(news.count(), 0) << "operator new calls inside the attention ops at " << threads << " threads";
+  }
+  set_num_threads(0);
+}
+
 // A workspace sized at an early decode step serves the later ones: the KV split count,
 // and the partials it needs, grow with the sequence, so the query sizes for what the
 // block tables can hold (before, 1024 tokens at 2 threads failed a workspace sized at 16).

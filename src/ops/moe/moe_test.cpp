@@ -4,14 +4,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <limits>
-#include <new>
 #include <sstream>
 #include <string>
 
 #include "ops/moe/moe_testutil.h"
+#include "testing/alloc_count.h"
 #include "testing/compare.h"
 #include "testing/rng.h"
 
@@ -871,12 +869,8 @@ TEST(MoeForward, AllTokensOnOneExpertOnSelectedIsa) {
   set_num_threads(0);
 }
 
-// operator new calls while armed (the replacement at the end of this file): DESIGN.md
-// allows no heap allocation inside an op call.
-std::atomic<bool> g_count_news{false};
-std::atomic<long> g_news{0};
-
-// Every MoE op after a first call (lazy registries, the thread pool), on both grouped
+// No heap allocation inside a call (DESIGN.md): every MoE op after a first call (lazy
+// registries, the thread pool), on both grouped
 // schedules: T = 64 over 8 experts queues its items, T = 1 splits each GEMM; schedule
 // statistics requested with their vector already sized. The grouped GEMMs once built
 // their item lists and job arrays in std::vectors.
@@ -924,6 +918,7 @@ TEST(MoeForward, NoHeapAllocationInsideACall) {
     const Workspace wsv{ws.data(), ws.size()};
     auto calls = [&] {
       Status st = moe_gating_topk(gp);
+      if (st.ok()) st = moe_gating_topk_softmax({.logits = gp.logits, .topk_ids = gp.topk_ids, .topk_weights = gp.topk_weights});
       if (st.ok()) st = moe_init_routing(rp);
       if (st.ok()) st = grouped_matmul_swiglu(up, wsv);
       if (st.ok()) st = grouped_matmul(down, wsv);
@@ -937,12 +932,10 @@ TEST(MoeForward, NoHeapAllocationInsideACall) {
     if (T == 64) {
       EXPECT_GE(used, 4) << "the queue schedule needs >= 2 non-empty groups per thread";
     }
-    g_news = 0;
-    g_count_news = true;
+    const testing::AllocCount news;
     const Status st = calls();
-    g_count_news = false;
     ASSERT_TRUE(st.ok()) << st.message();
-    EXPECT_EQ(g_news.load(), 0) << "operator new calls inside the MoE ops";
+    EXPECT_EQ(news.count(), 0) << "operator new calls inside the MoE ops";
   }
   set_num_threads(0);
 }
@@ -1325,13 +1318,3 @@ TEST(MoeBadInput, MessagesNameTheOpAndGiveTheValues) {
 
 }  // namespace
 }  // namespace optx
-
-// Counts allocations for NoHeapAllocationInsideACall; otherwise the default behaviour.
-// Not inlined: GCC would pair its built-in new with the free() below and warn.
-__attribute__((noinline)) void* operator new(std::size_t n) {
-  if (optx::g_count_news.load(std::memory_order_relaxed)) optx::g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
