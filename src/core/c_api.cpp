@@ -1,8 +1,10 @@
 // C API: converts C structs to the C++ params and Status to codes + thread-local message.
 #include "optx/optx.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "optx/gemm.h"
 
@@ -14,16 +16,28 @@ optx_status to_c(const optx::Status& s) {
   return static_cast<optx_status>(s.code());
 }
 
+// The rank goes through as given (check_view names a bad one with its value); sizes and
+// strides past the C struct's six are never read.
 optx::TensorView to_view(const optx_tensor& t) {
   optx::TensorView v;
   v.data = t.data;
   v.dtype = static_cast<optx::DType>(t.dtype);
-  v.rank = t.rank < 0 ? 0 : (t.rank > optx::kMaxRank ? optx::kMaxRank : t.rank);
-  for (int i = 0; i < v.rank; ++i) {
+  v.rank = t.rank;
+  for (int i = 0; i < std::min(t.rank, optx::kMaxRank); ++i) {
     v.sizes[i] = t.sizes[i];
     v.strides[i] = t.strides[i];
   }
   return v;
+}
+
+// A C enum is an int: a value past DType's uint8_t range would wrap onto a valid dtype
+// (256 onto f32) in the cast above, so it is rejected here with the value as passed.
+optx::Status check_dtypes(const optx_gemm_params& p) {
+  const std::pair<const char*, const optx_tensor*> ts[] = {{"a", &p.a}, {"b", &p.b}, {"b_scales", &p.b_scales}, {"bias", &p.bias}, {"c", &p.c}};
+  for (const auto& [name, t] : ts)
+    if (t->dtype < OPTX_F32 || t->dtype > OPTX_I64)
+      return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: ", name, ".dtype=", int(t->dtype), " is not an optx_dtype");
+  return optx::Status::Ok();
 }
 
 optx::GemmParams to_params(const optx_gemm_params& p) {
@@ -59,11 +73,12 @@ optx_status optx_selected_impl(const char* op, char* buf, size_t buf_size) {
 }
 
 size_t optx_gemm_workspace_size(const optx_gemm_params* p) {
-  return p ? optx::gemm_workspace_size(to_params(*p)) : 0;
+  return p && check_dtypes(*p).ok() ? optx::gemm_workspace_size(to_params(*p)) : 0;
 }
 
 optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes) {
   if (!p) return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null"));
+  if (optx::Status st = check_dtypes(*p); !st.ok()) return to_c(st);
   return to_c(optx::gemm(to_params(*p), optx::Workspace{workspace, workspace_bytes}));
 }
 

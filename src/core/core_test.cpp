@@ -220,6 +220,34 @@ TEST(CApi, ErrorsAreCodesWithMessages) {
   EXPECT_EQ(c[1], 2.0f);
   EXPECT_EQ(c[2], 4.0f);
   EXPECT_EQ(c[3], 5.0f);
+  // A C enum past DType's 8 bits wrapped onto a valid one (256: f32) and ran; a rank past
+  // 6 was reported as 6.
+  optx_gemm_params bad = p;
+  bad.a.dtype = static_cast<optx_dtype>(256);
+  EXPECT_EQ(optx_gemm_workspace_size(&bad), 0u);
+  EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
+  EXPECT_STREQ(optx_last_error(), "gemm: a.dtype=256 is not an optx_dtype");
+  bad = p;
+  bad.c.rank = 9;
+  EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(optx_last_error()).find("gemm: c.rank=9"), std::string::npos) << optx_last_error();
+  bad = p;
+  bad.b.rank = -1;
+  EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(optx_last_error()).find("gemm: b.rank=-1"), std::string::npos) << optx_last_error();
+}
+
+// Asked before validation (op argument checks), a view's rank and sizes must not read past
+// its arrays or overflow.
+TEST(Tensor, ContiguityAndCountOfInvalidViews) {
+  TensorView v = make_view(nullptr, DType::kF32, {int64_t(1) << 40, int64_t(1) << 40});
+  EXPECT_FALSE(v.is_contiguous());  // 2^80 elements: the running extent overflowed
+  EXPECT_EQ(v.numel(), INT64_MAX);
+  v.rank = 9;
+  EXPECT_FALSE(v.is_contiguous());
+  EXPECT_EQ(v.numel(), INT64_MAX);
+  v.rank = -1;
+  EXPECT_FALSE(v.is_contiguous());
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ size_t dtype_size(DType t) {
 }
 
 int64_t TensorView::numel() const {
+  if (rank < 0 || rank > kMaxRank) return INT64_MAX;  // invalid, and not empty
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) {
     if (sizes[i] == 0) return 0;
@@ -44,11 +45,14 @@ int64_t TensorView::numel() const {
   return n;
 }
 
+// Also asked of views not yet through check_view: an element count past int64 is not
+// contiguous, and a rank past kMaxRank reads no sizes beyond the arrays.
 bool TensorView::is_contiguous() const {
+  if (rank < 0 || rank > kMaxRank) return false;
   int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != expect) return false;
-    expect *= sizes[i];
+    if (__builtin_mul_overflow(expect, sizes[i], &expect)) return false;
   }
   return true;
 }
