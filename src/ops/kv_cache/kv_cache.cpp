@@ -54,7 +54,7 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
       return Error(StatusCode::kInvalidArgument, op, ": ", name, " given but the cache is ", dtype_name(cache.dtype));
     return Status::Ok();
   }
-  if (scales.rank != 1 || scales.sizes[0] != cache.sizes[0] || scales.dtype != DType::kF32 || !scales.data ||
+  if (scales.rank != 1 || scales.sizes[0] != cache.sizes[0] || scales.dtype != DType::kF32 || (scales.sizes[0] > 0 && !scales.data) ||
       (scales.sizes[0] > 1 && scales.strides[0] != 1))
     return Error(StatusCode::kInvalidArgument, op, ": ", name, " must be contiguous f32 [num_slots=", cache.sizes[0],
                  "] for an i8 cache");
@@ -186,6 +186,9 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
       continue;
     }
     OPTX_RETURN_IF_ERROR(check_rows(op, cache, cn, num_slots, row));
+    if (cache.dtype != first.dtype)  // one element size for both planes (a->stream, the row copies)
+      return Error(StatusCode::kInvalidArgument, op, ": ", cn, ".dtype=", dtype_name(cache.dtype), " but ", first_name, ".dtype=",
+                   dtype_name(first.dtype));
     OPTX_RETURN_IF_ERROR(check_rows(op, out, on, total, row));
     if (out.dtype != cache.dtype)
       return Error(StatusCode::kInvalidArgument, op, ": ", on, ".dtype=", dtype_name(out.dtype), " but ", cn, ".dtype=",
@@ -198,7 +201,7 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
     if (cache.dtype == DType::kI8) {
       const TensorView& so = w ? p.v_scales_out : p.k_scales_out;
       OPTX_RETURN_IF_ERROR(check_view(op, w ? "v_scales_out" : "k_scales_out", so));
-      if (so.rank != 1 || so.sizes[0] != total || so.dtype != DType::kF32 || !so.data || (total > 1 && so.strides[0] != 1))
+      if (so.rank != 1 || so.sizes[0] != total || so.dtype != DType::kF32 || (total > 0 && !so.data) || (total > 1 && so.strides[0] != 1))
         return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales_out" : "k_scales_out",
                      " must be contiguous f32 [", total, "] for an i8 cache");
       o.scales = static_cast<float*>(so.data);
@@ -289,10 +292,11 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
   if (q.rank != 3 || q.sizes[0] != T || q.sizes[1] != p.q_heads || q.sizes[2] != d || q.dtype != x.dtype)
     return Error(StatusCode::kInvalidArgument, op, ": q_out must be ", dtype_name(x.dtype), " [T=", T, ", q_heads=", p.q_heads,
                  ", head_dim=", d, "]");
-  // Rows of heads that do not overlap (q_out is written by several threads).
-  if (q.strides[2] != 1 || q.strides[1] < d || (T > 1 && q.strides[0] < (p.q_heads - 1) * q.strides[1] + d))
-    return Error(StatusCode::kInvalidArgument, op, ": q_out.strides=[", q.strides[0], ", ", q.strides[1], ", ", q.strides[2],
-                 "] but must be [>= (q_heads - 1) * strides[1] + head_dim, >= head_dim=", d, ", 1]");
+  // Contiguous head rows that do not overlap (q_out is written by several threads), in any
+  // order of tokens and heads: token-major [T, q_heads, d] or head-major as rope() takes.
+  if (d > 1 && q.strides[2] != 1)
+    return Error(StatusCode::kInvalidArgument, op, ": q_out.strides[2]=", q.strides[2], " but must be 1");
+  OPTX_RETURN_IF_ERROR(check_disjoint(op, "q_out", q));
   for (int w = 0; w < 2; ++w) {
     const TensorView& c = w ? p.v_cache : p.k_cache;
     const char* cn = w ? "v_cache" : "k_cache";

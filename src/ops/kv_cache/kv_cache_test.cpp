@@ -754,6 +754,54 @@ TEST(KvCacheBadInput, MessagesNameTheArgument) {
   EXPECT_NE(kv_rms_norm_rope_cache(m).message().find("kv.sizes[1]=10 must be kv_lora_rank=9"), std::string::npos);
 }
 
+// Found by review: empty i8 calls were rejected for their (empty) scale views' null data;
+// a v_cache of another dtype than k_cache (even i64) was copied; a head-major q_out,
+// which rope() takes, was refused by a token-major stride rule.
+TEST(KvCacheBadInput, EmptyI8CallsMixedCachesAndHeadMajorQ) {
+  std::vector<int8_t> c8(8 * 4);
+  std::vector<float> scales(8), f(8 * 4, 1.0f);
+  std::vector<int64_t> c64(8 * 4, 7);
+  std::vector<int32_t> bt = {0, 1}, lens = {0, 0};
+  GatherKvParams g{.k_cache = make_view(c8.data(), DType::kI8, {8, 4}), .k_scales = make_view(scales.data(), DType::kF32, {8}),
+                   .block_tables = make_view(bt.data(), DType::kI32, {2, 1}), .seq_lens = make_view(lens.data(), DType::kI32, {2}),
+                   .block_size = 4, .k_out = make_view(nullptr, DType::kI8, {0, 4}), .k_scales_out = make_view(nullptr, DType::kF32, {0})};
+  Status st = gather_pa_kv_cache(g);
+  EXPECT_TRUE(st.ok()) << st.message();
+  const KvCacheWriteParams w{.k = make_view(nullptr, DType::kBF16, {0, 4}), .slots = make_view(nullptr, DType::kI32, {0}),
+                             .k_cache = make_view(nullptr, DType::kI8, {0, 4}), .k_scales = make_view(nullptr, DType::kF32, {0})};
+  st = kv_cache_write(w);
+  EXPECT_TRUE(st.ok()) << st.message();
+  lens = {1, 0};
+  std::vector<float> ko(4);
+  std::vector<int64_t> vo(4);
+  const GatherKvParams mixed{.k_cache = make_view(f.data(), DType::kF32, {8, 4}), .v_cache = make_view(c64.data(), DType::kI64, {8, 4}),
+                             .block_tables = g.block_tables, .seq_lens = g.seq_lens, .block_size = 4,
+                             .k_out = make_view(ko.data(), DType::kF32, {1, 4}), .v_out = make_view(vo.data(), DType::kI64, {1, 4})};
+  EXPECT_EQ(gather_pa_kv_cache(mixed).message(), "gather_pa_kv_cache: v_cache.dtype=i64 but k_cache.dtype=f32");
+  EXPECT_EQ(vo[0], 0) << "written despite the error";
+
+  // q_out head-major: [T, H, D] over [H, T, D] storage, against the token-major result.
+  const int64_t T = 3, hq = 2, hkv = 1, d = 4;
+  RopeTable tab;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 4, .max_positions = 8}, &tab).ok());
+  std::vector<float> qkv(T * (hq + 2 * hkv) * d), q_tm(T * hq * d), q_hm(T * hq * d), kc(8 * d), vc(8 * d);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = float(i % 7) - 3.0f;
+  std::vector<int32_t> pos = {0, 1, 2}, sl = {0, 1, 2};
+  QkvRopeCacheParams q{.qkv = make_view(qkv.data(), DType::kF32, {T, (hq + 2 * hkv) * d}), .q_heads = hq, .kv_heads = hkv, .head_dim = d,
+                       .positions = make_view(pos.data(), DType::kI32, {T}), .cos = tab.cos(), .sin = tab.sin(),
+                       .slots = make_view(sl.data(), DType::kI32, {T}), .k_cache = make_view(kc.data(), DType::kF32, {8, d}),
+                       .v_cache = make_view(vc.data(), DType::kF32, {8, d}), .q_out = make_view(q_tm.data(), DType::kF32, {T, hq, d})};
+  ASSERT_TRUE(qkv_rope_cache(q).ok());
+  q.q_out = make_view(q_hm.data(), DType::kF32, {T, hq, d}, {d, T * d, 1});
+  st = qkv_rope_cache(q);
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < d; ++i) EXPECT_EQ(q_hm[size_t(h * T * d + t * d + i)], q_tm[size_t((t * hq + h) * d + i)]);
+  q.q_out = make_view(q_hm.data(), DType::kF32, {T, hq, d}, {d, 2, 1});  // heads overlap
+  EXPECT_NE(qkv_rope_cache(q).message().find("qkv_rope_cache: q_out.strides"), std::string::npos) << qkv_rope_cache(q).message();
+}
+
 // Inputs a fuzz sweep found crashing, wrapping or writing out of bounds: each must be an
 // error naming the argument, with nothing written.
 TEST(KvCacheBadInput, NegativeAndWrappingSizes) {

@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "core/parallel.h"
+#include "core/validate.h"
 #include "ops/norm/norm_internal.h"
 
 namespace optx {
@@ -12,6 +14,8 @@ namespace norm_detail {
 namespace {
 
 Status check_matrix(const char* op, const TensorView& t, const char* name, int64_t T, int64_t H, DType dt) {
+  // Extents first: a row stride near 2^62 wrapped the last row's offset to before the data.
+  OPTX_RETURN_IF_ERROR(check_view(op, name, t, /*need_data=*/false));
   if (t.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": ", name, ".rank=", t.rank, " but must be 2 ([T, H])");
   if (t.sizes[0] != T || t.sizes[1] != H)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, ".sizes=[", t.sizes[0], ", ", t.sizes[1], "] but must be [T=", T,
@@ -28,6 +32,18 @@ Status check_matrix(const char* op, const TensorView& t, const char* name, int64
   return Status::Ok();
 }
 
+// The bytes a [T, H] view with unit column stride covers (after check_matrix).
+std::pair<const char*, const char*> bytes_of(const TensorView& t) {
+  const char* p = static_cast<const char*>(t.data);
+  if (t.numel() == 0) return {p, p};
+  return {p, p + ((t.sizes[0] - 1) * t.strides[0] + t.sizes[1]) * int64_t(dtype_size(t.dtype))};
+}
+bool overlap(const TensorView& a, const TensorView& b) {
+  const auto [a0, a1] = bytes_of(a);
+  const auto [b0, b1] = bytes_of(b);
+  return a0 < b1 && b0 < a1;
+}
+
 Status check_common(const char* op, const TensorView& x, const TensorView& w, const TensorView& out, float eps, Rows* r) {
   if (x.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": x.rank=", x.rank, " but must be 2 ([T, H])");
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
@@ -37,6 +53,11 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   if (T > 0 && H == 0) return Error(StatusCode::kInvalidArgument, op, ": x.sizes[1]=0: the hidden size must be >= 1");
   OPTX_RETURN_IF_ERROR(check_matrix(op, x, "x", T, H, x.dtype));
   OPTX_RETURN_IF_ERROR(check_matrix(op, out, "out", T, H, x.dtype));
+  // Rows run in place (out = x, same strides) or apart: a shifted overlap would read rows
+  // already normalised.
+  if (overlap(out, x) && (out.data != x.data || (T > 1 && out.strides[0] != x.strides[0])))
+    return Error(StatusCode::kInvalidArgument, op, ": out overlaps x without being x itself (same data and strides)");
+  OPTX_RETURN_IF_ERROR(check_view(op, "weight", w, /*need_data=*/false));
   if (w.rank != 1 || w.sizes[0] != H)
     return Error(StatusCode::kInvalidArgument, op, ": weight must be [H=", H, "], got rank ", w.rank, " sizes[0]=", w.sizes[0]);
   if (w.dtype != x.dtype)
@@ -113,8 +134,8 @@ Status to_rows(const AddRmsNormParams& p, Rows* r) {
   constexpr const char* op = "add_rms_norm";
   OPTX_RETURN_IF_ERROR(check_common(op, p.x, p.weight, p.out, p.eps, r));
   OPTX_RETURN_IF_ERROR(check_matrix(op, p.residual, "residual", r->T, r->H, p.x.dtype));
-  if (r->T > 0 && p.residual.data == p.out.data)
-    return Error(StatusCode::kInvalidArgument, op, ": out aliases residual; residual must keep the sum (out may alias x)");
+  if (overlap(p.residual, p.out))
+    return Error(StatusCode::kInvalidArgument, op, ": out overlaps residual; residual must keep the sum (out may alias x)");
   r->residual = p.residual.data;
   r->ldr = p.residual.strides[0];
   return Status::Ok();

@@ -133,10 +133,10 @@ TEST_F(NormBadInput, Arguments) {
   expect(p, "x.dtype=i8");
   p = good();
   p.out = p.residual;
-  expect(p, "out aliases residual");
+  expect(p, "out overlaps residual");
   p = good();
   p.x.strides[0] = -8;
-  expect(p, "x.strides=[-8, 1]");
+  expect(p, "x.strides[0]=-8 is negative");
   p = good();
   p.residual.strides[0] = 4;
   expect(p, "residual.strides[0]=4");
@@ -148,6 +148,33 @@ TEST_F(NormBadInput, Arguments) {
   const Status st = rms_norm({.x = make_view(x.data(), DType::kF32, {4, 8}), .weight = make_view(w.data(), DType::kF32, {8}),
                               .out = make_view(nullptr, DType::kF32, {4, 8})});
   EXPECT_NE(st.message().find("rms_norm: out.data is null"), std::string::npos) << st.message();
+}
+
+// Found by review: the norms ran no extent check, so a row stride near 2^62 wrapped row 1's
+// offset to 64 bytes before out and was written there; out shifted one element into
+// residual (or x) passed the pointer-equality test and read rows already written.
+TEST_F(NormBadInput, WrappingStridesAndPartialOverlaps) {
+  std::vector<float> guard(64 + 4 * 8, -7.0f);
+  auto p = good();
+  p.out = make_view(guard.data() + 64, DType::kF32, {4, 8});
+  p.out.strides[0] = (int64_t(1) << 62) - 16;
+  expect(p, "spans more than 2^");
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(guard[size_t(i)], -7.0f) << "written before out at " << i - 64;
+  const Status st = rms_norm({.x = p.x, .weight = p.weight, .out = p.out});
+  EXPECT_NE(st.message().find("rms_norm: out ["), std::string::npos) << st.message();
+  p = good();
+  p.out = make_view(r.data() + 1, DType::kF32, {3, 8});
+  p.x = make_view(x.data(), DType::kF32, {3, 8});
+  p.residual = make_view(r.data(), DType::kF32, {3, 8});
+  expect(p, "out overlaps residual");
+  p = good();
+  p.out = make_view(x.data() + 8, DType::kF32, {3, 8});
+  p.x = make_view(x.data(), DType::kF32, {3, 8});
+  p.residual = make_view(r.data(), DType::kF32, {3, 8});
+  expect(p, "out overlaps x without being x itself");
+  p = good();
+  p.out = p.x;  // in place stays legal
+  EXPECT_TRUE(add_rms_norm(p).ok());
 }
 
 TEST(NormDispatch, SelectedRespectsMaxIsa) {

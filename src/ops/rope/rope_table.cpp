@@ -68,6 +68,12 @@ Status RopeTable::build(const RopeTableParams& p, RopeTable* out) {
     t.inv_freq_[size_t(i)] = f / y.factor * ramp + f * (1.0 - ramp);
   }
   const double m = yarn ? yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim) : 1.0;
+  // A zero denominator (mscale_all_dim = -10 / ln(factor)) passes the finiteness checks
+  // above and filled the tables with inf and NaN.
+  if (!std::isfinite(m) || m == 0.0)
+    return Error(StatusCode::kInvalidArgument, op, ": yarn mscale=", y.mscale, " and mscale_all_dim=", y.mscale_all_dim,
+                 " at factor=", y.factor, " give the attention scale ", yarn_mscale(y.factor, y.mscale), " / ",
+                 yarn_mscale(y.factor, y.mscale_all_dim), "; it must be finite and nonzero");
   try {
     t.cos_.resize(size_t(p.max_positions * half));
     t.sin_.resize(size_t(p.max_positions * half));

@@ -42,6 +42,17 @@ TEST(Rope, EveryImplementationMatchesReference) {
     }
 }
 
+// Finite YaRN parameters whose mscale_all_dim makes the scale's denominator zero (0.1 *
+// mscale_all_dim * ln(factor) = -1) filled the tables with inf and NaN.
+TEST(RopeTable, YarnScaleWithZeroDenominatorIsAnError) {
+  RopeTable t;
+  const Status st = RopeTable::build(
+      {.rotary_dim = 4, .max_positions = 4, .yarn = {.factor = std::exp(1.0), .mscale = 1, .mscale_all_dim = -10}}, &t);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rope_table: yarn mscale=1 and mscale_all_dim=-10"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("must be finite and nonzero"), std::string::npos) << st.message();
+}
+
 TEST(RopeTable, YarnFactorOneIsPlainRope) {
   RopeTable plain, yarn1;
   ASSERT_TRUE(RopeTable::build({.rotary_dim = 64, .max_positions = 300}, &plain).ok());
