@@ -66,7 +66,10 @@ class KvSequence {
   int64_t num_blocks() const { return num_blocks_; }
   const int32_t* block_table() const { return blocks_.data(); }
   int64_t capacity_tokens(int64_t block_size) const { return num_blocks_ * block_size; }
+  // Cache slot of token `pos`; -1 (which kv_cache_write skips) for a position outside the
+  // reserved blocks, rather than a slot in a block the pool may have given to another sequence.
   int64_t slot(int64_t pos, int64_t block_size) const {
+    if (block_size < 1 || pos < 0 || pos / block_size >= num_blocks_) return -1;
     return int64_t(blocks_[size_t(pos / block_size)]) * block_size + pos % block_size;
   }
 

@@ -77,7 +77,13 @@ TEST(KvPool, SequencesSpanManyBlocks) {
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
   EXPECT_EQ(a.slot(17, 16), int64_t(a.block_table()[1]) * 16 + 1);
+  // Past the reserved blocks, negative, or after release: -1 (skipped by kv_cache_write),
+  // not a slot in a block the pool hands to another sequence.
+  EXPECT_EQ(b.slot(7 * 16, 16), -1);
+  EXPECT_EQ(b.slot(-1, 16), -1);
+  EXPECT_EQ(b.slot(0, 0), -1);
   ASSERT_TRUE(a.release(pool).ok());
+  EXPECT_EQ(a.slot(0, 16), -1);
   ASSERT_TRUE(b.release(pool).ok());
   EXPECT_EQ(pool.free_blocks(), 40);
 }
