@@ -11,6 +11,7 @@
 
 #include "ops/gemm/gemm_kernels.h"
 #include "ops/gemm/gemm_testutil.h"
+#include "testing/alloc_count.h"
 
 namespace optx::gemm_detail {
 namespace {
@@ -336,6 +337,40 @@ TEST_P(GemmThreads, ConcurrentCallersAndCallsFromAParallelRegion) {
 
 // Grouped GEMM sizes one workspace for all its groups from the largest M, which is only
 // valid if the workspace never shrinks as M grows (at any thread count, any dtype).
+// No heap allocation inside a call (DESIGN.md) on the decode, strip, pack-once and
+// unpacked paths, one and two threads, after a first call (pack_weights, at load time,
+// may allocate).
+TEST(Gemm, NoHeapAllocationInsideACall) {
+  const int64_t N = 192, K = 320;
+  std::vector<uint16_t> wb(N * K, 0x3c00), ab(300 * K, 0x3c00);
+  std::vector<float> wf(N * K, 0.5f), af(300 * K, 0.25f), c(300 * N);
+  PackedWeights pb;
+  ASSERT_TRUE(pack_weights({.w = make_view(wb.data(), DType::kBF16, {N, K})}, &pb).ok());
+  std::vector<uint8_t> ws(64 << 20);
+  auto calls = [&] {
+    Status st = Status::Ok();
+    for (int64_t M : {1, 4, 12, 300}) {
+      if (st.ok())
+        st = gemm({.a = make_view(ab.data(), DType::kBF16, {M, K}), .packed_b = &pb[0], .c = make_view(c.data(), DType::kF32, {M, N})},
+                  {ws.data(), ws.size()});
+      if (st.ok())
+        st = gemm({.a = make_view(af.data(), DType::kF32, {M, K}), .b = make_view(wf.data(), DType::kF32, {N, K}),
+                   .c = make_view(c.data(), DType::kF32, {M, N})},
+                  {ws.data(), ws.size()});
+    }
+    return st;
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    ASSERT_TRUE(calls().ok());
+    const testing::AllocCount news;
+    const Status st = calls();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(news.count(), 0) << "operator new calls inside gemm at " << threads << " threads";
+  }
+  set_num_threads(0);
+}
+
 TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
   for (int threads : {1, 2, 3})
     for (DType dt : {DType::kF32, DType::kBF16})

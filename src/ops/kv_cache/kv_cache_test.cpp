@@ -10,6 +10,7 @@
 
 #include "ops/kv_cache/kv_cache_testutil.h"
 #include "testing/aligned.h"
+#include "testing/alloc_count.h"
 #include "ops/norm/norm_internal.h"
 #include "ops/rope/rope_internal.h"
 
@@ -86,6 +87,58 @@ TEST(KvPool, SequencesSpanManyBlocks) {
   EXPECT_EQ(a.slot(0, 16), -1);
   ASSERT_TRUE(b.release(pool).ok());
   EXPECT_EQ(pool.free_blocks(), 40);
+}
+
+// No heap allocation inside a call (DESIGN.md) for the cache ops and the norm / rope ops
+// they fuse, on one and two threads, after a first call. Before, selecting the
+// implementation copied the op's name, and gather_pa_kv_cache and kv_rms_norm_rope_cache
+// (names past 15 characters) allocated on every call.
+TEST(KvCacheWrite, NoHeapAllocationInsideACall) {
+  const int64_t T = 40, H = 64, bs = 16, slots_n = 64, hq = 4, hkv = 2, d = 32, R = 48, rd = 16;
+  RopeTable tab, tab16;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = d, .max_positions = 64}, &tab).ok());
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = rd, .max_positions = 64}, &tab16).ok());
+  std::vector<uint16_t> x(T * H, 0x3f80), res(T * H, 0x3f80), w(H, 0x3f80), o(T * H), cache(slots_n * H), out(T * H);
+  std::vector<uint16_t> qkv(T * (hq + 2 * hkv) * d, 0x3f80), q(T * hq * d), kc(slots_n * hkv * d), vc(slots_n * hkv * d);
+  std::vector<uint16_t> kv(T * (R + rd), 0x3f80), mla(slots_n * (R + rd));
+  std::vector<int32_t> slots(T), pos(T), bt = {3, 0, 2}, lens = {T};
+  for (int64_t t = 0; t < T; ++t) slots[size_t(t)] = int32_t((t / bs == 0 ? 3 : t / bs == 1 ? 0 : 2) * bs + t % bs), pos[size_t(t)] = int32_t(t);
+  const TensorView sl = make_view(slots.data(), DType::kI32, {T}), ps = make_view(pos.data(), DType::kI32, {T});
+  auto calls = [&] {
+    Status st = rms_norm({.x = make_view(x.data(), DType::kBF16, {T, H}), .weight = make_view(w.data(), DType::kBF16, {H}),
+                          .out = make_view(o.data(), DType::kBF16, {T, H})});
+    if (st.ok())
+      st = add_rms_norm({.x = make_view(x.data(), DType::kBF16, {T, H}), .residual = make_view(res.data(), DType::kBF16, {T, H}),
+                         .weight = make_view(w.data(), DType::kBF16, {H}), .out = make_view(o.data(), DType::kBF16, {T, H})});
+    if (st.ok())
+      st = rope({.q = make_view(q.data(), DType::kBF16, {T, hq, d}), .positions = ps, .cos = tab.cos(), .sin = tab.sin()});
+    if (st.ok())
+      st = kv_cache_write({.k = make_view(x.data(), DType::kBF16, {T, H}), .slots = sl, .k_cache = make_view(cache.data(), DType::kBF16, {slots_n, H})});
+    if (st.ok())
+      st = gather_pa_kv_cache({.k_cache = make_view(cache.data(), DType::kBF16, {slots_n, H}), .block_tables = make_view(bt.data(), DType::kI32, {1, 3}),
+                               .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs,
+                               .k_out = make_view(out.data(), DType::kBF16, {T, H})});
+    if (st.ok())
+      st = qkv_rope_cache({.qkv = make_view(qkv.data(), DType::kBF16, {T, (hq + 2 * hkv) * d}), .q_heads = hq, .kv_heads = hkv, .head_dim = d,
+                           .positions = ps, .cos = tab.cos(), .sin = tab.sin(), .slots = sl,
+                           .k_cache = make_view(kc.data(), DType::kBF16, {slots_n, hkv * d}),
+                           .v_cache = make_view(vc.data(), DType::kBF16, {slots_n, hkv * d}), .q_out = make_view(q.data(), DType::kBF16, {T, hq, d})});
+    if (st.ok())
+      st = kv_rms_norm_rope_cache({.kv = make_view(kv.data(), DType::kBF16, {T, R + rd}), .weight = make_view(w.data(), DType::kBF16, {R}),
+                                   .positions = ps, .cos = tab16.cos(), .sin = tab16.sin(), .slots = sl,
+                                   .cache = make_view(mla.data(), DType::kBF16, {slots_n, R + rd}), .kv_lora_rank = R});
+    return st;
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    const Status first = calls();
+    ASSERT_TRUE(first.ok()) << first.message();
+    const testing::AllocCount news;
+    const Status st = calls();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(news.count(), 0) << "operator new calls inside the cache / norm / rope ops at " << threads << " threads";
+  }
+  set_num_threads(0);
 }
 
 // Writes T tokens into a pool through sequences, gathers them back, compares bit for bit.
