@@ -116,24 +116,29 @@ std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>
 }
 
 namespace {
-std::string g_pending_error;  // first failure since the last row
-std::string g_failed_case;    // "op case" whose rows are being dropped
+// First failure of each case since its last row ("" key: whichever row comes next).
+std::vector<std::pair<std::string, std::string>> g_pending;
+std::vector<std::string> g_failed_cases;  // "op case" whose rows are dropped
 }  // namespace
 
-void check(const Status& st) {
-  if (!st.ok() && g_pending_error.empty()) g_pending_error = st.message();
+void check(const Status& st, const std::string& key) {
+  if (st.ok()) return;
+  for (const auto& [k, msg] : g_pending)
+    if (k == key) return;
+  g_pending.emplace_back(key, st.message());
 }
 
 void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   const std::string key = r.op + " " + r.case_;
-  if (!g_pending_error.empty()) {
-    std::fprintf(stderr, "optx bench: %s failed: %s\n", key.c_str(), g_pending_error.c_str());
-    if (failures) failures->push_back(key);
-    g_pending_error.clear();
-    g_failed_case = key;
-    return;
-  }
-  if (key == g_failed_case) return;
+  for (size_t i = 0; i < g_pending.size(); ++i)
+    if (g_pending[i].first == key || g_pending[i].first.empty()) {
+      std::fprintf(stderr, "optx bench: %s failed: %s\n", key.c_str(), g_pending[i].second.c_str());
+      if (failures) failures->push_back(key);
+      g_pending.erase(g_pending.begin() + std::ptrdiff_t(i));
+      g_failed_cases.push_back(key);
+      return;
+    }
+  if (std::find(g_failed_cases.begin(), g_failed_cases.end(), key) != g_failed_cases.end()) return;
   r.median_ms = t.median_ms;
   r.p90_ms = t.p90_ms;
   r.threads = threads;

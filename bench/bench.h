@@ -49,6 +49,8 @@ struct Context {
   // Cases whose op returned an error (see check()): reported on stderr, no row, and
   // `optx bench` exits 1, so a failing call is never timed and shown as a result.
   std::vector<std::string>* failures = nullptr;
+  // Whether --filter selects this op: families that bench several ops skip the others.
+  std::function<bool(const char* op)> wants = [](const char*) { return true; };
 
   // Runs fn once to warm up, then repeatedly for at least min_reps calls and min_seconds.
   Timing time_it(const std::function<void()>& fn) const;
@@ -70,8 +72,6 @@ struct Context {
                        const std::function<void()>& basic_fn, double flops, double bytes) const;
 };
 
-// Every op call in a bench goes through check(): the first error since the last row is
-// kept, and the next add() drops that case's rows and reports the error instead.
 // A 64-byte aligned operand buffer, zeroed at construction so that no timed call pays
 // the first touch of its pages (~12 us per 4 KiB page here). Throws std::bad_alloc.
 class Buffer {
@@ -92,7 +92,10 @@ class Buffer {
   size_t bytes_;
 };
 
-void check(const Status& st);
+// Every op call in a bench goes through check(). A failed call's case loses its rows and
+// is reported failed instead: the next row added, or with `key` = "op case" that case's
+// (for calls timed beside other cases, as the decode benches' i8 caches).
+void check(const Status& st, const std::string& key = {});
 
 using BenchFn = void (*)(Context&);
 bool register_bench(const char* op, BenchFn fn);

@@ -41,6 +41,44 @@ std::string json_num(double v) {
   return buf;
 }
 
+// A byte count: an exact integer (json_num's %.6g rounded 2293312 to 2.29331e+06).
+std::string json_bytes(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", std::isfinite(v) && v > 0 ? v : 0.0);
+  return buf;
+}
+
+// --filter selects ops by name: a family registered for several ops ("rms_norm|add_rms_norm")
+// runs when the expression finds any one of them, and its rows are kept per op.
+bool matches_any(const char* names, const std::regex& re) {
+  const std::string all(names);
+  for (size_t pos = 0; pos <= all.size();) {
+    size_t end = all.find('|', pos);
+    if (end == std::string::npos) end = all.size();
+    if (std::regex_search(all.substr(pos, end - pos), re)) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
+// The --json file, opened before the run so an unwritable path fails at once, and
+// closed with its write errors checked (a full disk showed only at the flush).
+struct JsonFile {
+  std::ofstream out;
+  bool open(const std::string& path, const char* cmd) {
+    if (path.empty()) return true;
+    out.open(path);
+    if (!out) std::fprintf(stderr, "optx %s: cannot open %s for writing\n", cmd, path.c_str());
+    return bool(out);
+  }
+  bool close(const std::string& path, const char* cmd) {
+    if (!out.is_open()) return true;
+    out.close();
+    if (out.fail()) std::fprintf(stderr, "optx %s: cannot write %s\n", cmd, path.c_str());
+    return !out.fail();
+  }
+};
+
 int usage() {
   std::fprintf(stderr,
                "usage: optx info\n"
@@ -64,13 +102,16 @@ int cmd_info() {
   std::printf("\n");
   std::printf("detected isa: %s\n", isa_name(detected_isa()));
   const char* cap = std::getenv("OPTX_MAX_ISA");
-  std::printf("active isa: %s%s%s\n", isa_name(active_isa()), cap ? "  (OPTX_MAX_ISA=" : "", cap ? cap : "");
-  if (cap) std::printf(")\n");
+  std::printf("active isa: %s", isa_name(active_isa()));
+  if (cap) std::printf("  (OPTX_MAX_ISA=%s)", cap);
+  std::printf("\n");
   std::printf("threads: %d\n", num_threads());
   std::printf("selected implementations:\n");
   for (const auto& op : registered_ops()) std::printf("  %-24s %s\n", op.c_str(), selected_impl(op).c_str());
   return 0;
 }
+
+constexpr long kMaxThreads = 1024;
 
 struct Args {
   std::string filter = ".*", json;
@@ -78,39 +119,56 @@ struct Args {
   bool quick = false;
 };
 
-bool parse(int argc, char** argv, int start, Args& a) {
+// Each bad argument is named on stderr (then the usage, exit 2).
+bool parse(int argc, char** argv, int start, const std::string& cmd, Args& a) {
+  auto bad = [&](const std::string& why) {
+    std::fprintf(stderr, "optx %s: %s\n", cmd.c_str(), why.c_str());
+    return false;
+  };
   for (int i = start; i < argc; ++i) {
     const std::string s = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     if (s == "--filter") {
       const char* v = next();
-      if (!v) return false;
+      if (!v) return bad("--filter needs a regular expression");
       a.filter = v;
     } else if (s == "--json") {
       const char* v = next();
-      if (!v) return false;
+      if (!v || std::strncmp(v, "--", 2) == 0) return bad("--json needs a file name" + (v ? std::string(", got '") + v + "'" : ""));
       a.json = v;
-    } else if (s == "--threads") {
+    } else if (s == "--threads" && cmd == "bench") {
       const char* v = next();
-      if (!v || std::atoi(v) <= 0) return false;
-      a.threads = std::atoi(v);
-    } else if (s == "--quick") {
+      char* end = nullptr;
+      const long n = v ? std::strtol(v, &end, 10) : 0;
+      if (!v || *end || n < 1 || n > kMaxThreads)
+        return bad("--threads needs an integer in [1, " + std::to_string(kMaxThreads) + "], got '" + (v ? v : "") + "'");
+      a.threads = int(n);
+    } else if (s == "--quick" && cmd == "bench") {
       a.quick = true;
     } else {
-      std::fprintf(stderr, "optx: unknown argument '%s'\n", s.c_str());
-      return false;
+      return bad("unknown argument '" + s + "'");
     }
   }
   return true;
 }
 
 int cmd_verify(const Args& a) {
+  JsonFile json;
+  if (!json.open(a.json, "verify")) return 1;
   const std::regex re(a.filter);
   std::vector<verify::Record> all;
+  int stopped = 0;
   for (const auto& v : verify::verifies()) {
-    if (!std::regex_search(v.op, re)) continue;
-    v.fn(all);
+    if (!matches_any(v.op, re)) continue;
+    // A family that throws (bad_alloc) loses its remaining rows and fails the run, not the summary.
+    try {
+      v.fn(all);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "optx verify: %s stopped: %s\n", v.op, e.what());
+      ++stopped;
+    }
   }
+  std::erase_if(all, [&](const verify::Record& r) { return !std::regex_search(r.op, re); });
   std::printf("%-16s %-14s %-64s %12s %12s %12s %s\n", "op", "impl", "case", "max_abs_err", "max_rel_err",
               "nmse", "result");
   int fails = 0;
@@ -122,7 +180,7 @@ int cmd_verify(const Args& a) {
   }
   std::printf("verify: %zu cases, %zu passed, %d failed\n", all.size(), all.size() - size_t(fails), fails);
   if (!a.json.empty()) {
-    std::ofstream out(a.json);
+    std::ofstream& out = json.out;
     out << "[\n";
     for (size_t i = 0; i < all.size(); ++i) {
       const auto& r = all[i];
@@ -133,16 +191,13 @@ int cmd_verify(const Args& a) {
           << (i + 1 < all.size() ? ",\n" : "\n");
     }
     out << "]\n";
-    if (!out) {
-      std::fprintf(stderr, "optx verify: cannot write %s\n", a.json.c_str());
-      return 1;
-    }
   }
+  if (!json.close(a.json, "verify")) return 1;
   if (all.empty()) {
     std::fprintf(stderr, "optx verify: no op matches --filter '%s'\n", a.filter.c_str());
     return 1;
   }
-  return fails == 0 ? 0 : 1;
+  return fails == 0 && stopped == 0 ? 0 : 1;
 }
 
 const char* roof_name(bench::Roof r) {
@@ -155,6 +210,8 @@ const char* roof_name(bench::Roof r) {
 }
 
 int cmd_bench(const Args& a) {
+  JsonFile json;
+  if (!json.open(a.json, "bench")) return 1;
   if (a.threads > 0) set_num_threads(a.threads);
   bench::Context ctx;
   ctx.threads = num_threads();
@@ -182,8 +239,11 @@ int cmd_bench(const Args& a) {
   if (ctx.ceil.amx_bf16_gflops > 0) ceiling("amx_bf16", ctx.ceil.amx_bf16_gflops, 0);
 
   const std::regex re(a.filter);
+  ctx.wants = [&re](const char* op) { return std::regex_search(op, re); };
+  bool any = false;
   for (const auto& b : bench::benches()) {
-    if (!std::regex_search(b.op, re)) continue;
+    if (!matches_any(b.op, re)) continue;
+    any = true;
     std::fprintf(stderr, "optx bench: %s\n", b.op);
     // A peer library that throws (or a bad_alloc) loses that family's remaining rows, not the run.
     try {
@@ -194,6 +254,7 @@ int cmd_bench(const Args& a) {
     }
   }
 
+  std::erase_if(recs, [&](const bench::Record& r) { return r.op != "ceiling" && !std::regex_search(r.op, re); });
   std::printf("%-14s %-36s %-10s %10s %10s %10s %10s %10s %8s %-9s %s\n", "op", "case", "impl", "median_ms",
               "p90_ms", "GFLOP/s", "GB/s", "peak_MiB", "%floor", "roof", "note");
   for (const auto& r : recs) {
@@ -204,21 +265,22 @@ int cmd_bench(const Args& a) {
                 r.peak_bytes / (1 << 20), share, roof_name(r.roof), r.note.c_str());
   }
   if (!a.json.empty()) {
-    std::ofstream out(a.json);
+    std::ofstream& out = json.out;
     out << "[\n";
     for (size_t i = 0; i < recs.size(); ++i) {
       const auto& r = recs[i];
       out << "  {\"op\": \"" << json_escape(r.op) << "\", \"case\": \"" << json_escape(r.case_) << "\", \"impl\": \""
           << json_escape(r.impl) << "\", \"median_ms\": " << json_num(r.median_ms) << ", \"p90_ms\": "
           << json_num(r.p90_ms) << ", \"gflops\": " << json_num(r.gflops) << ", \"gbytes_per_s\": "
-          << json_num(r.gbytes_per_s) << ", \"peak_bytes\": " << json_num(r.peak_bytes)
+          << json_num(r.gbytes_per_s) << ", \"peak_bytes\": " << json_bytes(r.peak_bytes)
           << ", \"threads\": " << r.threads << "}" << (i + 1 < recs.size() ? ",\n" : "\n");
     }
     out << "]\n";
-    if (!out) {
-      std::fprintf(stderr, "optx bench: cannot write %s\n", a.json.c_str());
-      return 1;
-    }
+  }
+  if (!json.close(a.json, "bench")) return 1;
+  if (!any) {
+    std::fprintf(stderr, "optx bench: no op matches --filter '%s'\n", a.filter.c_str());
+    return 1;
   }
   if (!failures.empty()) {
     std::fprintf(stderr, "optx bench: %zu case(s) failed and have no row\n", failures.size());
@@ -232,9 +294,19 @@ int cmd_bench(const Args& a) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const std::string cmd = argv[1];
-  if (cmd == "info") return cmd_info();
+  if (cmd == "info") {
+    if (argc > 2) {
+      std::fprintf(stderr, "optx info: takes no arguments, got '%s'\n", argv[2]);
+      return usage();
+    }
+    return cmd_info();
+  }
+  if (cmd != "verify" && cmd != "bench") {
+    std::fprintf(stderr, "optx: unknown command '%s'\n", cmd.c_str());
+    return usage();
+  }
   Args a;
-  if (!parse(argc, argv, 2, a)) return usage();
+  if (!parse(argc, argv, 2, cmd, a)) return usage();
   try {
     std::regex check(a.filter);
   } catch (const std::regex_error&) {

@@ -127,6 +127,7 @@ struct BasicDecode {
   bench::Buffer k, v, scores, probs;  // v: empty when V is the first Dv values of K's rows
   std::vector<uint8_t> gws;
   int threads = 1;
+  const std::string* key = nullptr;  // the case ("op case") a failing GEMM is reported under
   // v_width 0: V is part of K's gathered rows (MLA's latent).
   BasicDecode(int64_t ctx_len, int64_t k_width, int64_t v_width, int64_t rows, int64_t D, int64_t Dv, int th)
       : ctx(ctx_len), ld_k(k_width), ld_v(v_width ? v_width : k_width), k(size_t(ctx_len * k_width) * 2),
@@ -161,14 +162,16 @@ struct BasicDecode {
   // values at k_off in each gathered row, V's at v_off in V's (or K's) rows.
   void attend(uint16_t* q, int64_t rows, int64_t D, int64_t k_off, int64_t v_off, int64_t Dv, int64_t n, float scale,
               uint16_t* out) {
-    bench::check(gemm(qk(q, rows, D, k_off, n, scale), {gws.data(), gws.size()}));
+    static const std::string next_row;
+    const std::string& case_key = key ? *key : next_row;
+    bench::check(gemm(qk(q, rows, D, k_off, n, scale), {gws.data(), gws.size()}), case_key);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* s = scores.as<float>() + r * ctx;
       bench::basic::softmax_f32(s, s, n);
       bench::basic::f32_to_bf16_op(s, probs.as<uint16_t>() + r * ctx, n);
     }
-    bench::check(gemm(pv(rows, v_off, Dv, n, out), {gws.data(), gws.size()}));
+    bench::check(gemm(pv(rows, v_off, Dv, n, out), {gws.data(), gws.size()}), case_key);
   }
 
  private:
@@ -229,7 +232,9 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   const std::string note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   r.note = note;
   int set = 0, set8 = 0, set_b = 0;
-  auto bf16_call = [&] { bench::check(paged_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); };
+  // bf16 and i8 caches are timed together: each call's error names its own case.
+  const std::string key = std::string(op) + " " + r.case_, key8 = std::string(op) + " " + r8.case_;
+  auto bf16_call = [&] { bench::check(paged_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
 
   const int64_t G = Hq / Hkv;
   BasicDecode basic(ctx_len, Hkv * D, Hkv * Dv, G, D, Dv, ctx.threads);
@@ -239,6 +244,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   b.note = "per sequence: gather blocks -> contiguous K, V; per KV head and new token: GEMM -> f32 scores, softmax -> bf16 P, GEMM";
   // i8: the blocks dequantised to bf16 while gathered, then the same.
   auto basic_seqs = [&](bool i8, int c) {
+    basic.key = i8 ? &key8 : &key;
     const float scale = 1.0f / std::sqrt(float(D));
     for (int64_t s = 0; s < B; ++s) {
       const int32_t* table = tables[size_t(c)].data() + s * blocks_per_seq;
@@ -266,7 +272,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the rows dequantised to bf16 while gathered";
   const auto tm = ctx.time_interleaved({bf16_call,
-                                        [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
+                                        [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
                                         basic_call, [&] { basic_seqs(true, set_b8++ % copies); }});
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
@@ -323,14 +329,18 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the latent dequantised to bf16 (and the rope part copied) while gathered";
   int set = 0, set8 = 0, set_b = 0, set_b8 = 0;
+  // bf16 and i8 caches are timed together: each call's error names its own case.
+  const std::string key = std::string(op) + " " + r.case_, key8 = std::string(op) + " " + r8.case_;
   const auto tm = ctx.time_interleaved({
-      [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()})); },
-      [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()})); },
+      [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); },
+      [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
       [&] {
+        basic.key = &key;
         basic.gather(kc.as<uint16_t>(), D, tables[size_t(set_b++ % copies)].data(), blocks, bs, basic.k.as<uint16_t>());
         basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
       },
       [&] {
+        basic.key = &key8;
         basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(set_b8++ % copies)].data(), blocks, bs,
                         basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
         basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
@@ -347,14 +357,19 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
 }
 
 void bench_attention(bench::Context& ctx) {
-  bench_flash(ctx, 4096, DType::kBF16);
-  if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
-  if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
-  for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
-  bench_paged(ctx, 8, 8192, false);
-  if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
-  if (!ctx.quick) bench_paged(ctx, 1, 32768, false, 2);  // speculative decoding: 2 new tokens
-  for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
+  if (ctx.wants("flash_attention")) {
+    bench_flash(ctx, 4096, DType::kBF16);
+    if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
+    if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
+  }
+  if (ctx.wants("paged_decode_attention")) {
+    for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
+    bench_paged(ctx, 8, 8192, false);
+    if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
+    if (!ctx.quick) bench_paged(ctx, 1, 32768, false, 2);  // speculative decoding: 2 new tokens
+  }
+  if (ctx.wants("mla_decode_attention"))
+    for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
 }
 
 OPTX_REGISTER_BENCH("flash_attention|paged_decode_attention|mla_decode_attention", bench_attention);

@@ -286,13 +286,15 @@ void bench_gather(bench::Context& ctx) {
 }
 
 void bench_kv(bench::Context& ctx) {
-  bench_mla(ctx);
-  bench_qkv(ctx);
+  if (ctx.wants("kv_rms_norm_rope_cache")) bench_mla(ctx);
+  if (ctx.wants("qkv_rope_cache")) bench_qkv(ctx);
 }
 void bench_plain(bench::Context& ctx) {
-  bench_write(ctx, false);
-  bench_write(ctx, true);
-  bench_gather(ctx);
+  if (ctx.wants("kv_cache_write")) {
+    bench_write(ctx, false);
+    bench_write(ctx, true);
+  }
+  if (ctx.wants("gather_pa_kv_cache")) bench_gather(ctx);
 }
 
 OPTX_REGISTER_BENCH("kv_rms_norm_rope_cache|qkv_rope_cache", bench_kv);

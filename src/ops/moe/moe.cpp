@@ -189,7 +189,8 @@ Status gating(const dispatch::Registry<GatingFn>& reg, const MoeGatingParams& p)
 // The other ops have one implementation each.
 std::string generic_impl() { return "generic"; }
 [[maybe_unused]] const bool registered = [] {
-  for (const char* op : {"moe_init_routing", "grouped_matmul", "grouped_matmul_swiglu", "moe_finalize_routing", "moe_forward"})
+  for (const char* op : {"moe_init_routing", "moe_compute_expert_tokens", "grouped_matmul", "grouped_matmul_swiglu",
+                         "moe_finalize_routing", "moe_forward"})
     dispatch::register_op(op, generic_impl);
   dispatch::register_op("moe_gating_topk", [] { return topk_registry().selected_name(); });
   dispatch::register_op("moe_gating_topk_softmax", [] { return topk_softmax_registry().selected_name(); });

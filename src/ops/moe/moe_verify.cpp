@@ -3,8 +3,10 @@
 // expert ranges), expert offsets and finalize against plain loops; grouped GEMM (+ SwiGLU)
 // under both schedules against per-expert double-precision products; whole moe_forward
 // layers against a double evaluation of the same model.
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -16,7 +18,23 @@
 namespace optx {
 namespace {
 
+// Every gating implementation this host runs (the routers' registries are internal to
+// moe.cpp): each is forced through OPTX_IMPL in turn, an unavailable one skipped, and the
+// variable restored.
+template <class F>
+void each_gating_impl(F f) {
+  std::optional<std::string> saved;
+  if (const char* v = std::getenv("OPTX_IMPL")) saved = v;
+  for (const std::string name : {"avx512", "avx2", "scalar", "reference"}) {
+    setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
+    if (selected_impl("moe_gating_topk") == name) f();
+  }
+  if (saved) setenv("OPTX_IMPL", saved->c_str(), 1);
+  else unsetenv("OPTX_IMPL");
+}
+
 void verify_gating(std::vector<verify::Record>& out) {
+  each_gating_impl([&] {
   struct C {
     const char* name;
     MoeScore score;
@@ -71,9 +89,10 @@ void verify_gating(std::vector<verify::Record>& out) {
     out.push_back(verify::make_record(op, selected_impl(op),
                                       std::string("T=300 ") + c.name, st, cmp));
   }
+  });
 }
 
-OPTX_REGISTER_VERIFY("moe_gating_topk", verify_gating);
+OPTX_REGISTER_VERIFY("moe_gating_topk|moe_gating_topk_softmax", verify_gating);
 
 // Skewed group sizes with empty groups; at 1 thread each GEMM runs split, at 2+ threads
 // the expert queue runs (with the 400-row group cut into row tiles). N = 144 puts SwiGLU
@@ -147,7 +166,7 @@ void verify_grouped(std::vector<verify::Record>& out) {
   verify_grouped_n(out, 256);
 }
 
-OPTX_REGISTER_VERIFY("grouped_matmul", verify_grouped);
+OPTX_REGISTER_VERIFY("grouped_matmul|grouped_matmul_swiglu", verify_grouped);
 
 // moe_init_routing: T = 100 tokens, top-6 of 64 experts, H = 72 (not a multiple of 16),
 // all experts or the range [16, 40) (expert parallelism). The stable (token, k) order per

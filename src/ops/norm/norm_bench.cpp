@@ -93,9 +93,9 @@ void bench_case(bench::Context& ctx, bool add, int64_t T, int64_t H) {
 }
 
 void bench_norm(bench::Context& ctx) {
-  bench_case(ctx, true, 4096, 7168);
-  bench_case(ctx, false, 4096, 7168);
-  if (!ctx.quick) bench_case(ctx, true, 4096, 4096);
+  if (ctx.wants("add_rms_norm")) bench_case(ctx, true, 4096, 7168);
+  if (ctx.wants("rms_norm")) bench_case(ctx, false, 4096, 7168);
+  if (!ctx.quick && ctx.wants("add_rms_norm")) bench_case(ctx, true, 4096, 4096);
 }
 
 OPTX_REGISTER_BENCH("rms_norm|add_rms_norm", bench_norm);
