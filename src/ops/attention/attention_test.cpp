@@ -359,15 +359,7 @@ TEST(Attention, NoHeapAllocationInsideACall) {
     if (st.ok()) st = attention_update(u);
     return st;
   };
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    ASSERT_TRUE(calls().ok());
-    const testing::AllocCount news;
-    const Status st = calls();
-    ASSERT_TRUE(st.ok()) << st.message();
-    EXPECT_EQ(news.count(), 0) << "operator new calls inside the attention ops at " << threads << " threads";
-  }
-  set_num_threads(0);
+  testing::expect_no_heap_allocation(calls, "the attention ops");
 }
 
 // A workspace sized at an early decode step serves the later ones: the KV split count,

@@ -129,16 +129,7 @@ TEST(KvCacheWrite, NoHeapAllocationInsideACall) {
                                    .cache = make_view(mla.data(), DType::kBF16, {slots_n, R + rd}), .kv_lora_rank = R});
     return st;
   };
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    const Status first = calls();
-    ASSERT_TRUE(first.ok()) << first.message();
-    const testing::AllocCount news;
-    const Status st = calls();
-    ASSERT_TRUE(st.ok()) << st.message();
-    EXPECT_EQ(news.count(), 0) << "operator new calls inside the cache / norm / rope ops at " << threads << " threads";
-  }
-  set_num_threads(0);
+  testing::expect_no_heap_allocation(calls, "the cache / norm / rope ops");
 }
 
 // Writes T tokens into a pool through sequences, gathers them back, compares bit for bit.
