@@ -30,13 +30,18 @@ optx::TensorView to_view(const optx_tensor& t) {
   return v;
 }
 
-// A C enum is an int: a value past DType's uint8_t range would wrap onto a valid dtype
-// (256 onto f32) in the cast above, so it is rejected here with the value as passed.
+// A C caller's enum is any int: a value past DType's uint8_t range would wrap onto a valid
+// dtype (256 onto f32) in the cast above, so it is rejected here with the value as passed.
+// Read as the int it is (loading an out-of-range value as the enum type is undefined in C++).
 optx::Status check_dtypes(const optx_gemm_params& p) {
+  static_assert(sizeof(optx_dtype) == sizeof(int));
   const std::pair<const char*, const optx_tensor*> ts[] = {{"a", &p.a}, {"b", &p.b}, {"b_scales", &p.b_scales}, {"bias", &p.bias}, {"c", &p.c}};
-  for (const auto& [name, t] : ts)
-    if (t->dtype < OPTX_F32 || t->dtype > OPTX_I64)
-      return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: ", name, ".dtype=", int(t->dtype), " is not an optx_dtype");
+  for (const auto& [name, t] : ts) {
+    int d = 0;
+    std::memcpy(&d, &t->dtype, sizeof d);
+    if (d < OPTX_F32 || d > OPTX_I64)
+      return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: ", name, ".dtype=", d, " is not an optx_dtype");
+  }
   return optx::Status::Ok();
 }
 

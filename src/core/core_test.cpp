@@ -223,7 +223,8 @@ TEST(CApi, ErrorsAreCodesWithMessages) {
   // A C enum past DType's 8 bits wrapped onto a valid one (256: f32) and ran; a rank past
   // 6 was reported as 6.
   optx_gemm_params bad = p;
-  bad.a.dtype = static_cast<optx_dtype>(256);
+  const int past = 256;  // as a C caller may pass it: the enum's storage holds any int
+  std::memcpy(&bad.a.dtype, &past, sizeof past);
   EXPECT_EQ(optx_gemm_workspace_size(&bad), 0u);
   EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
   EXPECT_STREQ(optx_last_error(), "gemm: a.dtype=256 is not an optx_dtype");

@@ -55,8 +55,16 @@ struct Seq {
 size_t scratch_bytes(int64_t D, int64_t Dv, int rows) { return align_up(size_t(job_scratch_floats(D, Dv, rows)) * sizeof(float)); }
 size_t scratch_bytes(const Config& c) { return scratch_bytes(c.D, c.Dv, c.max_rows); }
 
+// A thread's place in a job list laid out sequence by sequence: batch b's jobs start at
+// index `first`. A thread takes ascending indices (monotonic schedule), so it finds each
+// job's sequence by stepping on from its last one; a scan from sequence 0 for every job
+// was quadratic in the sequences of a varlen batch.
+struct JobCursor {
+  int64_t b = 0, first = 0;
+};
+
 // Per-thread scratch: one job's floats, then (i8 caches) its staging ring; jobs made on
-// the fly by make(idx, job).
+// the fly by make(idx, job, cursor).
 template <class Make>
 void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, size_t per_thread, const Make& make) {
   const int threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), njobs)));
@@ -64,10 +72,11 @@ void run_jobs(const Kernels& k, const Config& c, int64_t njobs, uint8_t* ws, siz
   {
     uint8_t* mine = ws + size_t(omp_get_thread_num()) * per_thread;
     float* scratch = reinterpret_cast<float*>(mine);
-#pragma omp for schedule(dynamic, 1)
+    JobCursor cur;
+#pragma omp for schedule(monotonic : dynamic, 1)
     for (int64_t idx = 0; idx < njobs; ++idx) {
       Job job;
-      make(idx, job);
+      make(idx, job, cur);
       if (job.kv.i8.k) job.kv.i8.stage = mine + scratch_bytes(c);
       k.run_job(c, job, scratch);
     }
@@ -269,9 +278,11 @@ struct FlashJobs {
     for (int64_t b = 0; b < g.B; ++b) n += per_batch(b);
     return n;
   }
-  void make(int64_t idx, Job& job) const {
-    int64_t b = 0;
-    while (idx >= per_batch(b)) idx -= per_batch(b++);
+  void make(int64_t idx, Job& job, JobCursor& cur) const {
+    if (idx < cur.first) cur = {};  // not ascending after all: start over
+    while (idx >= cur.first + per_batch(cur.b)) cur.first += per_batch(cur.b++);
+    const int64_t b = cur.b;
+    idx -= cur.first;
     const int64_t qt_n = q_tiles(b);
     const int64_t per_head = head_chunks * qt_n;
     const int64_t kvh = idx / per_head;
@@ -581,7 +592,7 @@ Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op)
   d.part = d.splits > 1 ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
   Config c = d.cfg;
   c.partial = d.splits > 1;
-  run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job) { d.make(idx, job); });
+  run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor&) { d.make(idx, job); });
   if (d.splits > 1) {
     if (d.cfg.bf16) merge_rows<uint16_t>(d);
     else merge_rows<float>(d);
@@ -768,7 +779,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
                  " but flash_attention_workspace_size()=", need, " (at ", num_threads(), " threads)");
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  run_jobs(k, jobs.cfg, jobs.total(), base, per_thread, [&](int64_t idx, Job& job) { jobs.make(idx, job); });
+  run_jobs(k, jobs.cfg, jobs.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor& cur) { jobs.make(idx, job, cur); });
   return Status::Ok();
 }
 
