@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "optx/status.h"
+#include "optx/tensor.h"
 
 namespace optx::bench {
 
@@ -91,6 +92,12 @@ class Buffer {
   void* p_;
   size_t bytes_;
 };
+
+// optx's output `got` against basic's `ref` (n values of dt, f32 or bf16): they must agree
+// within rel_tol of ref's largest magnitude, or the case fails like an error (through
+// check(), so call it before the case's rows are added). A baseline that computed
+// something else would make the ratio meaningless.
+void expect_agree(const std::string& key, const void* got, const void* ref, int64_t n, DType dt, double rel_tol);
 
 // Every op call in a bench goes through check(). A failed call's case loses its rows and
 // is reported failed instead: the next row added, or with `key` = "op case" that case's

@@ -90,6 +90,11 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
       bench::check(gemm(c, {gws.data(), gws.size()}));
     }
   };
+  // Both write `out`: optx's result is kept aside and compared with basic's first.
+  optx_fn();
+  const std::vector<uint8_t> optx_out(out.as<uint8_t>(), out.as<uint8_t>() + out.bytes());
+  basic_fn();
+  bench::expect_agree("flash_attention " + cs, optx_out.data(), out.data(), S * H * D, dt, 3e-2);
   ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0);
 }
 
@@ -193,6 +198,7 @@ struct BasicDecode {
 void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, int64_t Sq = 1) {
   const int64_t Hq = 32, Hkv = 8, D = 128, Dv = 128, bs = 16;
   const double kv_bytes = double(B * ctx_len * Hkv * (D + Dv) * 2), i8_bytes = double(B * ctx_len * (Hkv * (D + Dv) + 8));
+  const double flops = 2.0 * double(B * Sq * Hq) * double(ctx_len) * double(D + Dv);  // q . k and p . v per (row, key)
   const int copies = copies_for(with_i8 ? i8_bytes : kv_bytes);
   const int64_t blocks_per_seq = ctx_len / bs, slots = blocks_per_seq * B * copies * bs;
   bench::Buffer kc(size_t(slots * Hkv * D) * 2), vc(size_t(slots * Hkv * Dv) * 2);
@@ -231,7 +237,9 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   r.peak_bytes = r8.peak_bytes = double(ws.size());
   const std::string note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   r.note = note;
-  int set = 0, set8 = 0, set_b = 0;
+  // basic starts half the copies away: interleaved with optx on the same copy, it would
+  // read the cache optx streamed a moment before, partly still in the last-level cache.
+  int set = 0, set8 = 0, set_b = copies / 2;
   // bf16 and i8 caches are timed together: each call's error names its own case.
   const std::string key = std::string(op) + " " + r.case_, key8 = std::string(op) + " " + r8.case_;
   auto bf16_call = [&] { bench::check(paged_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
@@ -263,11 +271,19 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
     }
   };
   auto basic_call = [&] { basic_seqs(false, set_b++ % copies); };
+  // optx against basic on the same cache copy before timing (each cache kind).
+  auto agree = [&](bool i8, const std::string& k) {
+    bench::check(paged_decode_attention(params(i8, 0), {ws.data(), ws.size()}), k);
+    basic_seqs(i8, 0);
+    bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
+  };
+  agree(false, key);
+  if (with_i8) agree(true, key8);
   if (!with_i8) {
-    ctx.add_interleaved(r, bf16_call, b, basic_call, 0, kv_bytes);
+    ctx.add_interleaved(r, bf16_call, b, basic_call, flops, kv_bytes);
     return;
   }
-  int set_b8 = 0;
+  int set_b8 = copies / 2;
   bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the rows dequantised to bf16 while gathered";
@@ -277,10 +293,10 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
   r8.note = note + ratio;
-  ctx.add(r, tm[0], 0, kv_bytes);
-  ctx.add(r8, tm[1], 0, i8_bytes);
-  ctx.add(b, tm[2], 0, kv_bytes);
-  ctx.add(b8, tm[3], 0, i8_bytes);
+  ctx.add(r, tm[0], flops, kv_bytes);
+  ctx.add(r8, tm[1], flops, i8_bytes);
+  ctx.add(b, tm[2], flops, kv_bytes);
+  ctx.add(b8, tm[3], flops, i8_bytes);
 }
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
@@ -289,6 +305,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
 void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   const int64_t H = 16, D = 576, Dv = 512, R = D - Dv, bs = 64;
   const double bf16_bytes = double(ctx_len * D * 2), i8_bytes = double(ctx_len * (Dv + 4 + R * 2));
+  const double flops = 2.0 * double(H) * double(ctx_len) * double(D + Dv);  // q . latent+rope and p . latent per (head, key)
   const int copies = copies_for(i8_bytes);  // >= the bf16 cache's count
   const int64_t blocks = ctx_len / bs, slots = blocks * copies * bs;
   bench::Buffer kc(size_t(slots * D) * 2), lat(size_t(slots * Dv)), sc(size_t(slots) * 4), rc(size_t(slots * R) * 2);
@@ -328,9 +345,21 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the latent dequantised to bf16 (and the rope part copied) while gathered";
-  int set = 0, set8 = 0, set_b = 0, set_b8 = 0;
+  // basic starts half the copies away (see bench_paged).
+  int set = 0, set8 = 0, set_b = copies / 2, set_b8 = copies / 2;
   // bf16 and i8 caches are timed together: each call's error names its own case.
   const std::string key = std::string(op) + " " + r.case_, key8 = std::string(op) + " " + r8.case_;
+  // optx against basic on the same cache copy before timing (each cache kind).
+  bench::check(mla_decode_attention(params(false, 0), {ws.data(), ws.size()}), key);
+  basic.key = &key;
+  basic.gather(kc.as<uint16_t>(), D, tables[0].data(), blocks, bs, basic.k.as<uint16_t>());
+  basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
+  bench::expect_agree(key, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
+  bench::check(mla_decode_attention(params(true, 0), {ws.data(), ws.size()}), key8);
+  basic.key = &key8;
+  basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[0].data(), blocks, bs, basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
+  basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
+  bench::expect_agree(key8, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   const auto tm = ctx.time_interleaved({
       [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); },
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
@@ -350,10 +379,10 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);
   r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   r8.note = std::string(selected_impl(op)) + note;
-  ctx.add(r, tm[0], 0, bf16_bytes);
-  ctx.add(r8, tm[1], 0, i8_bytes);
-  ctx.add(b, tm[2], 0, bf16_bytes);
-  ctx.add(b8, tm[3], 0, i8_bytes);
+  ctx.add(r, tm[0], flops, bf16_bytes);
+  ctx.add(r8, tm[1], flops, i8_bytes);
+  ctx.add(b, tm[2], flops, bf16_bytes);
+  ctx.add(b8, tm[3], flops, i8_bytes);
 }
 
 void bench_attention(bench::Context& ctx) {
