@@ -237,21 +237,21 @@ void bench_write(bench::Context& ctx, bool i8) {
 // into contiguous K and V, bf16, 8 KV heads x 128. `basic`: one memcpy per row (an
 // index_select by slot), ordinary stores. Bytes: read the rows, write them.
 void bench_gather(bench::Context& ctx) {
-  const int64_t B = 4, L = 4096, row = 8 * 128, S = 64 * 1024, total = B * L, nb = L / kBlock;
+  const int64_t B = 4, L = 4096, row = 8 * 128, total = B * L, nb = L / kBlock;
   const int sets = sets_for(double(2 * total * row * 2), double(2 * total * row * 2));
+  // Each set reads its own blocks, scattered over a pool of all sets' blocks: sets that
+  // drew from one 256 MiB pool shared blocks (a quarter of a call's came from the call
+  // before), so part of each call was served from cache.
+  const int64_t S = int64_t(sets) * total;
   testing::Rng rng(31);
   KvBlockPool pool;
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = row, .planes = 2, .dtype = DType::kBF16}, &pool));
   for (int w = 0; w < 2; ++w) testing::fill_bf16(static_cast<uint16_t*>(pool.plane(w).data), S * row, rng, -2, 2);
-  // Each set draws its own random blocks (sets may share some): with the sets spanning the
-  // DRAM working set, a block comes back only after most of the rotation has passed.
+  std::vector<int32_t> ids(static_cast<size_t>(S / kBlock));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  for (size_t i = ids.size() - 1; i > 0; --i) std::swap(ids[i], ids[size_t(rng.below(int64_t(i) + 1))]);
   std::vector<std::vector<int32_t>> tables;
-  for (int s = 0; s < sets; ++s) {
-    const std::vector<int32_t> sl = paged_slots(total, S, rng);
-    std::vector<int32_t> t(static_cast<size_t>(B * nb));
-    for (int64_t i = 0; i < B * nb; ++i) t[size_t(i)] = sl[size_t(i * kBlock)] / int32_t(kBlock);
-    tables.push_back(std::move(t));
-  }
+  for (int s = 0; s < sets; ++s) tables.emplace_back(ids.begin() + s * B * nb, ids.begin() + (s + 1) * B * nb);
   std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(L));
   testing::AlignedVector<uint16_t> ko(static_cast<size_t>(total * row)), vo(ko.size());
   const double bytes = 2.0 * double(total * row) * 2 * 2;
