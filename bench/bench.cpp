@@ -149,15 +149,18 @@ void expect_agree(const std::string& key, const void* got, const void* ref, int6
 
 void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   const std::string key = r.op + " " + r.case_;
+  const bool failed = std::find(g_failed_cases.begin(), g_failed_cases.end(), key) != g_failed_cases.end();
   for (size_t i = 0; i < g_pending.size(); ++i)
     if (g_pending[i].first == key || g_pending[i].first.empty()) {
-      std::fprintf(stderr, "optx bench: %s failed: %s\n", key.c_str(), g_pending[i].second.c_str());
-      if (failures) failures->push_back(key);
+      if (!failed) {  // a case is reported once, whatever else went wrong in it
+        std::fprintf(stderr, "optx bench: %s failed: %s\n", key.c_str(), g_pending[i].second.c_str());
+        if (failures) failures->push_back(key);
+        g_failed_cases.push_back(key);
+      }
       g_pending.erase(g_pending.begin() + std::ptrdiff_t(i));
-      g_failed_cases.push_back(key);
       return;
     }
-  if (std::find(g_failed_cases.begin(), g_failed_cases.end(), key) != g_failed_cases.end()) return;
+  if (failed) return;
   r.median_ms = t.median_ms;
   r.p90_ms = t.p90_ms;
   r.threads = threads;

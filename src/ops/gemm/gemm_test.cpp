@@ -335,8 +335,6 @@ TEST_P(GemmThreads, ConcurrentCallersAndCallsFromAParallelRegion) {
   }
 }
 
-// Grouped GEMM sizes one workspace for all its groups from the largest M, which is only
-// valid if the workspace never shrinks as M grows (at any thread count, any dtype).
 // No heap allocation inside a call (DESIGN.md) on the decode, strip, pack-once and
 // unpacked paths, one and two threads, after a first call (pack_weights, at load time,
 // may allocate).
@@ -363,6 +361,8 @@ TEST(Gemm, NoHeapAllocationInsideACall) {
   testing::expect_no_heap_allocation(calls, "gemm");
 }
 
+// Grouped GEMM sizes one workspace for all its groups from the largest M, which is only
+// valid if the workspace never shrinks as M grows (at any thread count, any dtype).
 TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
   for (int threads : {1, 2, 3})
     for (DType dt : {DType::kF32, DType::kBF16})

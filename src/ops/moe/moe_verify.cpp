@@ -23,14 +23,18 @@ namespace {
 // variable restored.
 template <class F>
 void each_gating_impl(F f) {
-  std::optional<std::string> saved;
-  if (const char* v = std::getenv("OPTX_IMPL")) saved = v;
+  struct Restore {  // also when f throws: the families verified after must see the caller's OPTX_IMPL
+    std::optional<std::string> saved;
+    ~Restore() {
+      if (saved) setenv("OPTX_IMPL", saved->c_str(), 1);
+      else unsetenv("OPTX_IMPL");
+    }
+  } restore;
+  if (const char* v = std::getenv("OPTX_IMPL")) restore.saved = v;
   for (const std::string name : {"avx512", "avx2", "scalar", "reference"}) {
     setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
     if (selected_impl("moe_gating_topk") == name) f();
   }
-  if (saved) setenv("OPTX_IMPL", saved->c_str(), 1);
-  else unsetenv("OPTX_IMPL");
 }
 
 void verify_gating(std::vector<verify::Record>& out) {

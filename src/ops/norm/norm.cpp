@@ -2,6 +2,8 @@
 // take contiguous row ranges and results do not depend on the thread count.
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -32,16 +34,26 @@ Status check_matrix(const char* op, const TensorView& t, const char* name, int64
   return Status::Ok();
 }
 
-// The bytes a [T, H] view with unit column stride covers (after check_matrix).
-std::pair<const char*, const char*> bytes_of(const TensorView& t) {
-  const char* p = static_cast<const char*>(t.data);
-  if (t.numel() == 0) return {p, p};
-  return {p, p + ((t.sizes[0] - 1) * t.strides[0] + t.sizes[1]) * int64_t(dtype_size(t.dtype))};
-}
+// Whether two [T, H] views with unit column stride (after check_matrix) share a byte.
+// With one row stride the rows are compared (the column halves of one [T, 2H] buffer
+// are apart); otherwise their spans from first to last byte.
 bool overlap(const TensorView& a, const TensorView& b) {
-  const auto [a0, a1] = bytes_of(a);
-  const auto [b0, b1] = bytes_of(b);
-  return a0 < b1 && b0 < a1;
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const int64_t es = int64_t(dtype_size(a.dtype)), row = a.sizes[1] * es;
+  const int64_t d = int64_t(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));  // b's start - a's
+  const int64_t T = a.sizes[0];
+  if (a.strides[0] == b.strides[0] && T > 1) {
+    // Rows r1 of a and r2 of b meet when |d + (r2 - r1) * ld| < row: try the row offsets
+    // (within +-(T - 1)) nearest to -d / ld.
+    const int64_t ld = a.strides[0] * es;
+    const int64_t q = -d / ld;
+    for (int64_t dr : {q - 1, q, q + 1})
+      if (dr > -T && dr < T && std::abs(d + dr * ld) < row) return true;
+    return false;
+  }
+  const int64_t a_span = ((a.sizes[0] - 1) * a.strides[0] + a.sizes[1]) * es;
+  const int64_t b_span = ((b.sizes[0] - 1) * b.strides[0] + b.sizes[1]) * es;
+  return d < a_span && -d < b_span;
 }
 
 Status check_common(const char* op, const TensorView& x, const TensorView& w, const TensorView& out, float eps, Rows* r) {
@@ -136,6 +148,9 @@ Status to_rows(const AddRmsNormParams& p, Rows* r) {
   OPTX_RETURN_IF_ERROR(check_matrix(op, p.residual, "residual", r->T, r->H, p.x.dtype));
   if (overlap(p.residual, p.out))
     return Error(StatusCode::kInvalidArgument, op, ": out overlaps residual; residual must keep the sum (out may alias x)");
+  // residual is written as x is read: exactly in place, or apart.
+  if (overlap(p.residual, p.x) && (p.residual.data != p.x.data || (r->T > 1 && p.residual.strides[0] != p.x.strides[0])))
+    return Error(StatusCode::kInvalidArgument, op, ": residual overlaps x without being x itself (same data and strides)");
   r->residual = p.residual.data;
   r->ldr = p.residual.strides[0];
   return Status::Ok();

@@ -175,6 +175,27 @@ TEST_F(NormBadInput, WrappingStridesAndPartialOverlaps) {
   p = good();
   p.out = p.x;  // in place stays legal
   EXPECT_TRUE(add_rms_norm(p).ok());
+  p = good();
+  p.residual = make_view(x.data() + 4, DType::kF32, {4, 8});  // x's rows shifted half a row
+  p.residual.sizes[0] = 3, p.x.sizes[0] = 3, p.out.sizes[0] = 3;
+  expect(p, "residual overlaps x without being x itself");
+}
+
+// Views that share one buffer without sharing bytes stay legal: x and out as the column
+// halves of a [T, 2H] buffer (row stride 2H), residual and out likewise. The span test of
+// the first version refused them.
+TEST_F(NormBadInput, ColumnHalvesOfOneBufferAreApart) {
+  std::vector<float> buf(4 * 16), res(4 * 16, 0.5f), want(4 * 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = 0.1f * float(i % 13) - 0.6f;
+  const TensorView left = make_view(buf.data(), DType::kF32, {4, 8}, {16, 1}), right = make_view(buf.data() + 8, DType::kF32, {4, 8}, {16, 1});
+  ASSERT_TRUE(rms_norm({.x = left, .weight = make_view(w.data(), DType::kF32, {8}), .out = make_view(want.data(), DType::kF32, {4, 8})}).ok());
+  const Status st = rms_norm({.x = left, .weight = make_view(w.data(), DType::kF32, {8}), .out = right});
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t h = 0; h < 8; ++h) EXPECT_EQ(buf[size_t(t * 16 + 8 + h)], want[size_t(t * 8 + h)]);
+  const Status st2 = add_rms_norm({.x = make_view(x.data(), DType::kF32, {4, 8}), .residual = make_view(res.data(), DType::kF32, {4, 8}, {16, 1}),
+                                   .weight = make_view(w.data(), DType::kF32, {8}), .out = make_view(res.data() + 8, DType::kF32, {4, 8}, {16, 1})});
+  EXPECT_TRUE(st2.ok()) << st2.message();
 }
 
 TEST(NormDispatch, SelectedRespectsMaxIsa) {
