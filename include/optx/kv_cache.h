@@ -58,7 +58,14 @@ class KvBlockPool {
 // sequence never allocates on the heap.
 class KvSequence {
  public:
-  explicit KvSequence(int64_t max_blocks) : blocks_(size_t(max_blocks > 0 ? max_blocks : 0)) {}
+  // The block table is allocated here, once, not as the sequence grows. A table that
+  // cannot be allocated (max_blocks beyond memory) does not throw: reserve() reports it.
+  explicit KvSequence(int64_t max_blocks) noexcept : max_blocks_(max_blocks > 0 ? max_blocks : 0) {
+    try {
+      blocks_.resize(size_t(max_blocks_));
+    } catch (...) {
+    }
+  }
   // Makes room for `tokens` tokens in total, taking blocks from the pool as needed.
   Status reserve(KvBlockPool& pool, int64_t tokens);
   // Returns all blocks to the pool; the sequence becomes empty.
@@ -75,6 +82,7 @@ class KvSequence {
 
  private:
   std::vector<int32_t> blocks_;
+  int64_t max_blocks_ = 0;
   int64_t num_blocks_ = 0;
 };
 

@@ -85,6 +85,13 @@ TEST(KvPool, SequencesSpanManyBlocks) {
   EXPECT_EQ(b.slot(0, 0), -1);
   ASSERT_TRUE(a.release(pool).ok());
   EXPECT_EQ(a.slot(0, 16), -1);
+  // A table past what can be allocated: no exception from the constructor, an error from
+  // reserve (the vector threw std::length_error out of the constructor before).
+  KvSequence huge(INT64_MAX);
+  const Status st = huge.reserve(pool, 16);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(st.message().find("block table of max_blocks=9223372036854775807 entries could not be allocated"), std::string::npos)
+      << st.message();
   ASSERT_TRUE(b.release(pool).ok());
   EXPECT_EQ(pool.free_blocks(), 40);
 }

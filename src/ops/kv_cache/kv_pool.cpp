@@ -115,6 +115,9 @@ Status KvBlockPool::release(const int32_t* blocks, int64_t n) {
 Status KvSequence::reserve(KvBlockPool& pool, int64_t tokens) {
   const int64_t bs = pool.config().block_size;
   if (tokens < 0) return Error(StatusCode::kInvalidArgument, "kv_sequence.reserve: tokens=", tokens, " is negative");
+  if (int64_t(blocks_.size()) < max_blocks_)
+    return Error(StatusCode::kOutOfMemory, "kv_sequence.reserve: the sequence's block table of max_blocks=", max_blocks_,
+                 " entries could not be allocated");
   const int64_t need = tokens / bs + (tokens % bs != 0);  // no tokens + bs - 1: it wraps near INT64_MAX
   if (need > int64_t(blocks_.size()))
     return Error(StatusCode::kInvalidArgument, "kv_sequence.reserve: ", tokens, " tokens need ", need,
