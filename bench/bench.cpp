@@ -422,6 +422,16 @@ Buffer::Buffer(size_t bytes) : p_(aligned_alloc_bytes(bytes)), bytes_(bytes) {
 }
 Buffer::~Buffer() { aligned_free(p_); }
 
+std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, testing::Rng& rng) {
+  const int64_t num_blocks = per_set * sets;
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
+  for (int64_t i = num_blocks - 1; i > 0; --i) std::swap(ids[size_t(i)], ids[size_t(rng.below(i + 1))]);
+  std::vector<std::vector<int32_t>> tables;
+  for (int s = 0; s < sets; ++s) tables.emplace_back(ids.begin() + s * per_set, ids.begin() + (s + 1) * per_set);
+  return tables;
+}
+
 size_t dram_working_set() {
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   return std::max(size_t(512) << 20, llc > 0 ? 2 * size_t(llc) : 0);

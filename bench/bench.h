@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "optx/status.h"
 #include "optx/tensor.h"
+#include "testing/rng.h"
 
 namespace optx::bench {
 
@@ -117,6 +119,10 @@ Ceilings measure_ceilings(int threads, bool quick);
 // Bytes a rotation of operands must span so that each call streams them from DRAM: twice
 // the last-level cache (this VM reports a 300 MiB L3), and at least 512 MiB.
 size_t dram_working_set();
+
+// Block tables of `sets` sets of `per_set` blocks each, no block in two sets, the ids
+// shuffled over [0, sets * per_set): rotating the sets reads a paged pool from DRAM.
+std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, testing::Rng& rng);
 
 // Puts peer libraries in their best configuration before anything is timed; may re-exec
 // the process (argv: the original command line).

@@ -98,18 +98,6 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
   ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0);
 }
 
-// Shuffled block ids for `copies` disjoint sets of B sequences' block tables.
-std::vector<std::vector<int32_t>> rotated_tables(int copies, int64_t per_copy, testing::Rng& rng) {
-  const int64_t num_blocks = per_copy * copies;
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
-  for (int64_t i = 0; i < num_blocks; ++i) ids[size_t(i)] = int32_t(i);
-  for (int64_t i = num_blocks - 1; i > 0; --i) std::swap(ids[size_t(i)], ids[size_t(rng.below(i + 1))]);
-  std::vector<std::vector<int32_t>> tables(size_t(copies), std::vector<int32_t>(static_cast<size_t>(per_copy)));
-  for (int c = 0; c < copies; ++c)
-    for (int64_t i = 0; i < per_copy; ++i) tables[size_t(c)][size_t(i)] = ids[size_t(c * per_copy + i)];
-  return tables;
-}
-
 // Enough copies of `bytes` to span bench::dram_working_set(), so rotating them reads
 // from DRAM.
 int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double(bench::dram_working_set()) / bytes))); }
@@ -212,7 +200,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
     quantize_rows(kc.as<uint16_t>(), slots, Hkv * D, Hkv * D, k8->as<int8_t>(), ks->as<float>());
     quantize_rows(vc.as<uint16_t>(), slots, Hkv * Dv, Hkv * Dv, v8->as<int8_t>(), vs->as<float>());
   }
-  auto tables = rotated_tables(copies, B * blocks_per_seq, rng);
+  auto tables = bench::disjoint_tables(copies, B * blocks_per_seq, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(ctx_len));
   std::vector<uint16_t> q(size_t(B * Sq * Hq * D)), out(size_t(B * Sq * Hq * Dv));
   testing::fill_bf16(q.data(), B * Sq * Hq * D, rng);
@@ -314,7 +302,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   // The i8 layout of the same rows: the latent quantised, the rope part copied.
   quantize_rows(kc.as<uint16_t>(), slots, Dv, D, lat.as<int8_t>(), sc.as<float>());
   for (int64_t s = 0; s < slots; ++s) std::copy(kc.as<uint16_t>() + s * D + Dv, kc.as<uint16_t>() + (s + 1) * D, rc.as<uint16_t>() + s * R);
-  auto tables = rotated_tables(copies, blocks, rng);
+  auto tables = bench::disjoint_tables(copies, blocks, rng);
   std::vector<int32_t> lens = {int32_t(ctx_len)};
   std::vector<uint16_t> q(size_t(H * D)), out(size_t(H * Dv));
   testing::fill_bf16(q.data(), H * D, rng);
@@ -349,31 +337,27 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   int set = 0, set8 = 0, set_b = copies / 2, set_b8 = copies / 2;
   // bf16 and i8 caches are timed together: each call's error names its own case.
   const std::string key = std::string(op) + " " + r.case_, key8 = std::string(op) + " " + r8.case_;
+  auto basic_call = [&](bool i8, int c) {
+    basic.key = i8 ? &key8 : &key;
+    if (i8)
+      basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>(),
+                      rc.as<uint16_t>(), R);
+    else
+      basic.gather(kc.as<uint16_t>(), D, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>());
+    basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
+  };
   // optx against basic on the same cache copy before timing (each cache kind).
-  bench::check(mla_decode_attention(params(false, 0), {ws.data(), ws.size()}), key);
-  basic.key = &key;
-  basic.gather(kc.as<uint16_t>(), D, tables[0].data(), blocks, bs, basic.k.as<uint16_t>());
-  basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
-  bench::expect_agree(key, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
-  bench::check(mla_decode_attention(params(true, 0), {ws.data(), ws.size()}), key8);
-  basic.key = &key8;
-  basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[0].data(), blocks, bs, basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
-  basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
-  bench::expect_agree(key8, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
+  for (bool i8 : {false, true}) {
+    const std::string& k = i8 ? key8 : key;
+    bench::check(mla_decode_attention(params(i8, 0), {ws.data(), ws.size()}), k);
+    basic_call(i8, 0);
+    bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
+  }
   const auto tm = ctx.time_interleaved({
       [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); },
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
-      [&] {
-        basic.key = &key;
-        basic.gather(kc.as<uint16_t>(), D, tables[size_t(set_b++ % copies)].data(), blocks, bs, basic.k.as<uint16_t>());
-        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
-      },
-      [&] {
-        basic.key = &key8;
-        basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(set_b8++ % copies)].data(), blocks, bs,
-                        basic.k.as<uint16_t>(), rc.as<uint16_t>(), R);
-        basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
-      },
+      [&] { basic_call(false, set_b++ % copies); },
+      [&] { basic_call(true, set_b8++ % copies); },
   });
   char note[96];
   std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);

@@ -247,11 +247,7 @@ void bench_gather(bench::Context& ctx) {
   KvBlockPool pool;
   bench::check(KvBlockPool::create({.num_blocks = S / kBlock, .block_size = kBlock, .row = row, .planes = 2, .dtype = DType::kBF16}, &pool));
   for (int w = 0; w < 2; ++w) testing::fill_bf16(static_cast<uint16_t*>(pool.plane(w).data), S * row, rng, -2, 2);
-  std::vector<int32_t> ids(static_cast<size_t>(S / kBlock));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-  for (size_t i = ids.size() - 1; i > 0; --i) std::swap(ids[i], ids[size_t(rng.below(int64_t(i) + 1))]);
-  std::vector<std::vector<int32_t>> tables;
-  for (int s = 0; s < sets; ++s) tables.emplace_back(ids.begin() + s * B * nb, ids.begin() + (s + 1) * B * nb);
+  std::vector<std::vector<int32_t>> tables = bench::disjoint_tables(sets, B * nb, rng);
   std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(L));
   testing::AlignedVector<uint16_t> ko(static_cast<size_t>(total * row)), vo(ko.size());
   const double bytes = 2.0 * double(total * row) * 2 * 2;

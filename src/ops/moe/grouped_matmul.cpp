@@ -85,15 +85,17 @@ GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
           .activation = j.act};
 }
 
-// The weight sets one call schedules together: moe_forward's routed and shared experts.
-// A fixed array: no heap allocation inside a call (DESIGN.md).
+// The weight sets one call schedules together (moe_forward's routed and shared experts),
+// as jobs or SwiGLU parts: a fixed array, no heap allocation inside a call (DESIGN.md).
 constexpr size_t kMaxParts = 2;
-struct Jobs {
-  std::array<Job, kMaxParts> v;
+template <class T>
+struct Parts {
+  std::array<T, kMaxParts> v;
   size_t n = 0;
-  void push(const Job& j) { v[n++] = j; }
-  operator std::span<const Job>() const { return {v.data(), n}; }
+  void push(const T& x) { v[n++] = x; }
+  operator std::span<const T>() const { return {v.data(), n}; }
 };
+using Jobs = Parts<Job>;
 
 // A queue item: rows [begin, end) of group g of jobs[job]; seq orders equal costs.
 struct Item {
@@ -154,7 +156,7 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   const size_t cap = tile_cap(jobs, nt);
   double* const busy = reinterpret_cast<double*>(tiles + cap);
   ws = {static_cast<uint8_t*>(ws.data) + sched, ws.bytes - sched};
-  std::span<Item> items(groups, size_t(0));
+  size_t n_groups = 0;
   double total_cost = 0;
   for (size_t ji = 0; ji < jobs.size(); ++ji) {
     const Job& j = jobs[ji];
@@ -162,13 +164,14 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
       const int64_t end = j.counts ? begin + j.offs[g] : j.offs[g];
       if (end > begin) {  // empty groups: no item
         const double cost = double((*j.w)[g].n) * double((*j.w)[g].k) * (double(end - begin) + kStreamRows);
-        items = {items.data(), items.size() + 1};
-        items.back() = {ji, g, begin, end, cost, items.size()};
+        groups[n_groups] = {ji, g, begin, end, cost, n_groups};
+        ++n_groups;
         total_cost += cost;
       }
       begin = end;
     }
   }
+  std::span<Item> items(groups, n_groups);
   const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
   if (queue) {
     const double fair = std::max(total_cost / (4.0 * nt), 1.0);  // >= 1: weights with N or K = 0 cost nothing
@@ -364,12 +367,7 @@ size_t swiglu_ws(std::span<const SwigluPart> sp, Jobs* jobs) {
   return kAlign + bufs + jobs_ws(*jobs);
 }
 
-struct SwigluParts {
-  std::array<SwigluPart, kMaxParts> v;
-  size_t n = 0;
-  void push(const SwigluPart& s) { v[n++] = s; }
-  operator std::span<const SwigluPart>() const { return {v.data(), n}; }
-};
+using SwigluParts = Parts<SwigluPart>;
 }  // namespace
 
 size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts) {
