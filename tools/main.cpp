@@ -96,7 +96,7 @@ int cmd_info() {
       {"avx2", f.avx2}, {"fma", f.fma}, {"f16c", f.f16c}, {"avx512f", f.avx512f}, {"avx512bw", f.avx512bw},
       {"avx512vl", f.avx512vl}, {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16},
       {"avx512_vnni", f.avx512_vnni}, {"avx_vnni", f.avx_vnni}, {"amx_tile", f.amx_tile},
-      {"amx_bf16", f.amx_bf16}, {"amx_int8", f.amx_int8}, {"amx_permitted", f.amx_permitted}};
+      {"amx_bf16", f.amx_bf16}, {"amx_int8", f.amx_int8}, {"amx_permitted", f.amx_permitted}, {"fast_bf16_dot", f.fast_bf16_dot}};
   for (auto& [n, on] : feats)
     if (on) std::printf(" %s", n);
   std::printf("\n");

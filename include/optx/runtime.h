@@ -17,6 +17,12 @@ struct CpuFeatures {
   bool avx512_bf16 = false, avx512_vnni = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   bool amx_permitted = false;  // the OS granted this process the AMX tile state
+  // vdpbf16ps retires at the rate of an f32 FMA, so it does twice the FLOPs (AMD Zen 4 / 5:
+  // both run on the FMA pipes). Intel's AVX512_BF16 cores (Cooper Lake, Sapphire Rapids)
+  // issue it on one port against two for FMA: there widening bf16 to f32 and using FMAs is
+  // the faster compute-bound bf16 GEMM.
+  bool fast_bf16_dot = false;
+  std::string vendor;  // cpuid leaf 0, e.g. "GenuineIntel", "AuthenticAMD"
   std::string brand;
 };
 const CpuFeatures& cpu_features();

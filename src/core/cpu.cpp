@@ -31,6 +31,13 @@ CpuFeatures detect() {
   const bool os_tile = (xcr0 & 0x60000) == 0x60000;  // XTILECFG + XTILEDATA
 
   unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  {
+    unsigned v[3];
+    __cpuid(0, a, v[0], v[2], v[1]);  // vendor string in EBX, EDX, ECX order
+    char vendor[13] = {};
+    std::memcpy(vendor, v, 12);
+    f.vendor = vendor;
+  }
   unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b7, c7, d7);
@@ -66,6 +73,7 @@ CpuFeatures detect() {
     }
   }
   f.brand = brand;
+  f.fast_bf16_dot = f.avx512_bf16 && f.vendor == "AuthenticAMD";
   while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
   return f;
 }

@@ -736,20 +736,25 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
 std::string selected_name();
 
 const dispatch::Registry<GemmFn>& make_registry() {
-  static const dispatch::Registry<GemmFn> r(
-      kOp, {
-               // avx512 (bf16 widened to f32 in registers, then FMA) is listed before
-               // avx512_bf16 (vdpbf16ps) on measurement: here vdpbf16ps retires at half
-               // the rate of the FMAs (80 vs 160 GFLOP/s per core), so widening wins
-               // 215-256 vs 112-138 GFLOP/s on bf16 2048^3. OPTX_IMPL=gemm=avx512_bf16
-               // still selects it.
-               {"amx", Isa::kAmx, run_blocked<kernels_amx>},
-               {"avx512", Isa::kAvx512, run_blocked<kernels_avx512>},
-               {"avx512_bf16", Isa::kAvx512Bf16, run_blocked<kernels_avx512_bf16>},
-               {"avx2", Isa::kAvx2, run_blocked<kernels_avx2>},
-               {"scalar", Isa::kScalar, run_blocked<kernels_scalar>},
-               {"reference", Isa::kScalar, gemm_reference},
-           });
+  // Which of avx512 (bf16 widened to f32 in registers, then FMA) and avx512_bf16
+  // (vdpbf16ps) comes first depends on the core, on measurement. Where vdpbf16ps issues on
+  // one port against two for FMA (Intel; 80 vs 160 GFLOP/s per core measured) widening
+  // wins 215-256 vs 112-138 GFLOP/s on bf16 2048^3; where it retires at the FMA's rate
+  // (AMD Zen 4 / 5: cpu_features().fast_bf16_dot) vdpbf16ps does twice the FLOPs and wins
+  // 814 vs 457 GFLOP/s (Zen 5, two threads). OPTX_IMPL=gemm=<name> still selects either.
+  static const dispatch::Registry<GemmFn> r = [] {
+    const dispatch::Impl<GemmFn> widen{"avx512", Isa::kAvx512, run_blocked<kernels_avx512>};
+    const dispatch::Impl<GemmFn> dot{"avx512_bf16", Isa::kAvx512Bf16, run_blocked<kernels_avx512_bf16>};
+    const bool dot_first = cpu_features().fast_bf16_dot;
+    return dispatch::Registry<GemmFn>(kOp, {
+                                               {"amx", Isa::kAmx, run_blocked<kernels_amx>},
+                                               dot_first ? dot : widen,
+                                               dot_first ? widen : dot,
+                                               {"avx2", Isa::kAvx2, run_blocked<kernels_avx2>},
+                                               {"scalar", Isa::kScalar, run_blocked<kernels_scalar>},
+                                               {"reference", Isa::kScalar, gemm_reference},
+                                           });
+  }();
   return r;
 }
 
