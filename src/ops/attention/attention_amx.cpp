@@ -38,86 +38,17 @@ struct alignas(64) TileConfig {  // also loaded by the few-row decode kernel's A
 #define OPTX_ATTN_DECODE_AMX 1
 #include "ops/attention/attention_kernels_inl.h"
 #include "ops/attention/attention_decode_inl.h"
+#include "ops/attention/attention_pairs_inl.h"
 
 namespace optx::attn_detail::amx {
 namespace {
 
-constexpr int kSub = 32;          // keys per tile step: two 16-key A tiles of S^T, one P tile
-constexpr int kSuper = 4 * kSub;  // keys per softmax step and per O load / store
-static_assert(kSuper <= kMaxRowsPerCall);
 constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
-alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // V of keys past the end
-
 void configure() {
   TileConfig cfg{};
   cfg.palette_id = 1;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   _tile_loadconfig(&cfg);
-}
-
-// Key pairs of 32 columns of rows a and b (b null: zeros) for two B tiles, by in-lane
-// 16-bit unpacks (one uop each, where a cross-lane vpermt2w is three): lo gets columns
-// {0-3, 8-11, 16-19, 24-27} and hi the others, so O's columns sit in that order
-// (from_pair_order undoes it once per job).
-OPTX_ALWAYS_INLINE void stage_pairs(const uint16_t* a, const uint16_t* b, uint16_t* lo, uint16_t* hi) {
-  const __m512i va = _mm512_loadu_si512(a), vb = b ? _mm512_loadu_si512(b) : _mm512_setzero_si512();
-  _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
-  _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
-}
-
-// In-register 16 x 16 transpose of dwords (dword j of r[i] -> dword i of r[j]) in three
-// shuffle stages: 64 shuffles for 256 dwords.
-OPTX_ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
-  __m512i t[16];
-  for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  for (int k = 0; k < 4; ++k) {  // r[4k + c], per 128-bit lane L: column 4L + c of rows 4k..4k+3
-    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
-    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-  }
-}
-
-// 16 query rows x 32 keys of P from P^T (pt: [key][32 rows] bf16, from row 0 of the
-// half) into pr ([row][kSuper keys] bf16, the A tiles of P . V). Keys go in pairs, as the
-// A tile holds them: dword i of a row is (p[2i], p[2i+1]). (The element-wise loop this
-// replaced was ~17% of flash prefill's samples.)
-OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
-  __m512i r[16];
-  for (int i = 0; i < 16; ++i) {  // r[i][row] = (p[row][2i], p[row][2i+1])
-    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i) * 32));
-    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i + 1) * 32));
-    r[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
-  transpose16_epi32(r);
-  for (int row = 0; row < 16; ++row) _mm512_store_si512(pr + row * kSuper, r[row]);
-}
-
-// Q^T in pairs ([D/2][32 rows][2] bf16, rows past R zero): the B tiles of the scores.
-// Sixteen dword pairs of sixteen rows per transpose (an element loop took ~10 us per
-// job, a quarter of a short-context MLA decode call).
-void build_qt(const Job& j, int64_t D, uint16_t* qt) {
-  for (int half = 0; half < 2; ++half)
-    for (int64_t p0 = 0; p0 < D / 2; p0 += 16) {
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i) {
-        const int row = 16 * half + i;
-        r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
-      }
-      transpose16_epi32(r);
-      for (int c = 0; c < 16; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
-    }
 }
 
 // q's latent part for int8 scores against an i8 cache (quantize_q_i8x2 per row), h and l
@@ -156,18 +87,6 @@ OPTX_ALWAYS_INLINE void stage_pairs_i8(const int8_t* a, const int8_t* b, uint16_
   const __m512i va = bf(a), vb = b ? bf(b) : _mm512_setzero_si512();
   _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
   _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
-}
-
-void from_pair_order(float* o, int rows, int64_t Dv) {
-  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  for (int r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < Dv; d += 32) {
-      float* p = o + r * Dv + d;
-      const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
-      _mm512_storeu_ps(p, _mm512_permutex2var_ps(lo, i0, hi));
-      _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(lo, i1, hi));
-    }
 }
 
 // S^T tiles of 32 keys (A tiles a[0], a[1]: 16 key rows each) against q's B tiles over
@@ -261,30 +180,13 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     kstr = reinterpret_cast<uint16_t*>(kst8 + 32 * L);
     build_q8(j, L, q8h, q8l, qs, reinterpret_cast<int8_t*>(kstr + 32 * RD));
   }
-  // Per-row running state as vectors over rows; diagonal positions (padded rows see nothing).
-  alignas(64) float diag[32], mrow[32], lrow[32];
-  for (int r = 0; r < 32; ++r) {
-    diag[r] = r < R ? float(j.rows[r].qpos + j.offset) : -1e30f;
-    mrow[r] = -INFINITY;
-    lrow[r] = 0.0f;
-  }
-  int64_t lo = j.kv_begin, hi = j.kv_end;
-  {
-    float dmin = 1e30f, dmax = -1e30f;
-    for (int r = 0; r < R; ++r) dmin = std::min(dmin, diag[r]), dmax = std::max(dmax, diag[r]);
-    if (R > 0) {
-      if (c.causal) hi = std::min<int64_t>(hi, int64_t(dmax) + 1);
-      if (c.window_right >= 0) hi = std::min<int64_t>(hi, int64_t(dmax) + c.window_right + 1);
-      if (c.window_left >= 0) lo = std::max<int64_t>(lo, int64_t(dmin) - c.window_left);
-    }
-  }
+  PairRows rs(c, j);
+  const int64_t lo = rs.lo, hi = rs.hi;
   configure();
   const void* kp[kSuper];
   const void* vpp[kSuper];
   const void* kn[kSuper];
   const void* vn[kSuper];
-  const __m512 scale = _mm512_set1_ps(c.scale);
-  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
   // An i8 latent staged by rows() is read from memory when rows() dequantises it, a
   // superblock before its use: its prefetches run two superblocks ahead, over the sources.
@@ -307,12 +209,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     if (q8) std::copy(sk_next, sk_next + n, sk);
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
     if (n_next) fetch(kb + kSuper, n_next);
-    // The next superblock's rows are prefetched a slice per tile step: issued in one
-    // burst, the prefetches wait on the fill buffers and hold up the tile work behind
-    // them, so memory and compute would take turns instead of overlapping. Into L2: a
-    // superblock (144 KiB for MLA) is more than L1 holds (T1 over T0, MLA ctx 8k / 32k,
-    // eight alternating rounds: median 11.1-13.9 -> 11.9-15.9 GB/s). Not in prefill
-    // (Config::kv_once): flash S = 4096 / 8192 ran 5-25% faster without them.
+    // The next superblock's rows are prefetched a slice per tile step (SpreadPrefetch).
+    // Not in prefill (Config::kv_once): flash S = 4096 / 8192 ran 5-25% faster without them.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
     int64_t n_pf = n_next, a_lines = k_lines, b_lines = v_apart ? v_lines : 0;
     const void* const* pa = kn;
@@ -324,23 +222,9 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       if (n_pf) j.kv.sources(kb + 2 * kSuper, n_pf, true, src_lat, src_rope, nullptr, DequantRow{});
       pa = src_lat, pb = src_rope, a_lines = lat_lines, b_lines = rope_lines;
     }
-    const int64_t row_lines = a_lines + b_lines;
     const int64_t steps = nsub * (D / 32) + Dv / 32;
-    const int64_t pf_step = c.kv_once ? (n_pf * row_lines + steps - 1) / steps : 0;
-    int64_t pf_key = 0, pf_line = 0;
-    // A run of consecutive lines of one row per inner loop (pointer steps only): the
-    // per-line form, which recomputed each line's row and part, cost 4-11% of hot time.
-    auto prefetch_next = [&] {
-      for (int64_t left = pf_step; left > 0 && pf_key < n_pf;) {
-        const bool in_a = pf_line < a_lines;
-        const char* p = in_a ? static_cast<const char*>(pa[pf_key]) + 64 * pf_line
-                             : static_cast<const char*>(pb[pf_key]) + 64 * (pf_line - a_lines);
-        const int64_t cnt = std::min(left, (in_a ? a_lines : row_lines) - pf_line);
-        for (const char* e = p + 64 * cnt; p != e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
-        left -= cnt;
-        if ((pf_line += cnt) == row_lines) pf_line = 0, ++pf_key;
-      }
-    };
+    SpreadPrefetch pf(pa, pb, a_lines, b_lines, c.kv_once ? n_pf : 0, steps);
+    auto prefetch_next = [&] { pf.step(); };
     // S^T = K . Q^T, 32 keys per step over D in steps of 32.
     for (int sb = 0; q8 && sb < nsub; ++sb) {
       const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
@@ -370,69 +254,9 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       score_tiles<false>(ka, ka_stride, qt, D * 2, two, prefetch_next);
       store_scores(st + s0 * 32, two);
     }
-    // Vertical online softmax over the superblock's keys, 16 rows per vector.
     const int64_t nk = int64_t(nsub) * kSub;  // keys the P tiles cover; p = 0 past n
-    alignas(64) float corr[32];
-    for (int half = 0; half < RT / 16; ++half) {
-      const __m512 dg = _mm512_load_ps(diag + 16 * half);
-      const __mmask16 real = _mm512_cmp_ps_mask(dg, _mm512_set1_ps(-1e29f), _CMP_GT_OQ);  // not padded rows
-      // Position masks only where the superblock crosses a row's causal / window edge
-      // (in causal prefill, only the blocks on the diagonal).
-      float dlo = 1e30f, dhi = -1e30f;
-      for (int r = 16 * half; r < 16 * half + 16; ++r)
-        if (diag[r] > -1e29f) dlo = std::min(dlo, diag[r]), dhi = std::max(dhi, diag[r]);
-      const float first = float(kb), last = float(kb + n - 1);
-      const bool edge = (c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - float(c.window_left)) ||
-                        (c.window_right >= 0 && last > dlo + float(c.window_right));
-      __m512 bmax = neg_inf;
-      const __m512 qsv = _mm512_load_ps(qs + 16 * half), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
-      for (int64_t k = 0; k < n; ++k) {
-        __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
-        if (q8) {  // + scale_k * qs_r * (h + l / 254)
-          const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(sti + k * 32 + 16 * half));
-          const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(sti + (kSuper + k) * 32 + 16 * half));
-          s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(sk[k])), s);
-        }
-        s = _mm512_mul_ps(s, scale);
-        __mmask16 vis = real;
-        if (edge) {
-          const __m512 key = _mm512_set1_ps(float(kb + k));
-          if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
-          if (c.window_left >= 0)
-            vis &= _mm512_cmp_ps_mask(key, _mm512_sub_ps(dg, _mm512_set1_ps(float(c.window_left))), _CMP_GE_OQ);
-          if (c.window_right >= 0)
-            vis &= _mm512_cmp_ps_mask(key, _mm512_add_ps(dg, _mm512_set1_ps(float(c.window_right))), _CMP_LE_OQ);
-        }
-        s = _mm512_mask_blend_ps(vis, neg_inf, s);
-        _mm512_store_ps(st + k * 32 + 16 * half, s);
-        bmax = _mm512_max_ps(bmax, s);
-      }
-      const __m512 m_old = _mm512_load_ps(mrow + 16 * half);
-      const __m512 m_new = _mm512_max_ps(m_old, bmax);
-      const __mmask16 live = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ);
-      // exp(m_old - m_new): 1 where nothing is live yet (avoids -inf - -inf).
-      const __m512 f = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), simd_type::exp(_mm512_sub_ps(m_old, m_new)));
-      __m512 l = _mm512_mul_ps(_mm512_load_ps(lrow + 16 * half), f);
-      for (int64_t k = 0; k < nk; ++k) {
-        __m512 p = _mm512_setzero_ps();
-        if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
-        l = _mm512_add_ps(l, p);
-        if (q8 && k < n) p = _mm512_mul_ps(p, _mm512_set1_ps(sk[k]));  // V is the unscaled int8 row
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
-      }
-      _mm512_store_ps(mrow + 16 * half, m_new);
-      _mm512_store_ps(lrow + 16 * half, l);
-      _mm512_store_ps(corr + 16 * half, f);
-    }
-    // P = (P^T)^T: rows x keys, 16 rows x 32 keys at a time.
-    for (int sb = 0; sb < nsub; ++sb)
-      for (int half = 0; half < RT / 16; ++half) transpose_p16(pt + sb * kSub * 32 + 16 * half, pr + 16 * half * kSuper + sb * kSub);
-    // Rescale O rows whose max moved.
-    for (int r = 0; r < RT; ++r)
-      if (corr[r] != 1.0f) {
-        const __m512 f = _mm512_set1_ps(corr[r]);
-        for (int64_t d = 0; d < Dv; d += 16) _mm512_storeu_ps(o + r * Dv + d, _mm512_mul_ps(_mm512_loadu_ps(o + r * Dv + d), f));
-      }
+    softmax_superblock(c, kb, n, nk, RT, rs, st, pt, q8 ? Int8Scores{sti, qs, sk} : Int8Scores{});
+    p_rows_and_rescale(pt, pr, nsub, RT, rs, o, Dv);
     // O[row][dv] += P . V, 32 columns at a time held in C tiles across the whole
     // superblock (one O load / store per kSuper keys, not per 32); the V pairs of each
     // 32-key step are staged just before use, double-buffered. (Staging columns d + 32
@@ -482,7 +306,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   }
   _tile_release();
   from_pair_order(o, RT, Dv);
-  finish_rows(c, j, mrow, lrow, o);
+  finish_rows(c, j, rs.mrow, rs.lrow, o);
 }
 
 }  // namespace

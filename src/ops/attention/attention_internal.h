@@ -247,15 +247,16 @@ struct ManyRowsLayout {
 // Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
 // kernel's q rows, accumulators and one block of scores, then either one block of staged
 // bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout, for decode
-// ManyRowsLayout; or the AMX kernel's Q^T, staged K and V pairs, scores, P and O (the
-// larger).
+// ManyRowsLayout; or the AMX / AVX512_BF16 job kernels' Q^T, staged K and V pairs,
+// scores, P and O (the largest).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
   const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
   const int64_t many = rows <= kMaxRows ? ManyRowsLayout(D, Dv).floats : 0;
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
-  return std::max(vec, amx);
+  const int64_t dp = 16 * D + 128 * 32 + 2 * 2048 + 4096 + 32 * Dv;  // AVX512_BF16 job kernel
+  return std::max({vec, amx, dp});
 }
 
 struct Kernels {

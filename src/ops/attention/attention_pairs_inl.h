@@ -1,0 +1,241 @@
+// Pieces of the bf16 pair-product job kernels (AMX tiles and AVX512_BF16 vdpbf16ps;
+// included after attention_decode_inl.h, in the unit's OPTX_ISA_NS). Both take the job in
+// superblocks of 128 keys and compute
+//   S^T[key][row] = K . Q^T   Q^T in pairs [D/2][32 rows][2], built once per job, so K is
+//                             read straight from its cache rows, never transposed;
+//   online softmax            vertical: each key's scores are a vector over rows, so the
+//                             running max, exp and sums need no horizontal reductions;
+//   O[row][dv] += P . V       P rows by transposing P^T 16 x 32 at a time, V as key pairs
+//                             by in-lane unpacks; O in f32 memory in "pair order" (the
+//                             unpacks' column order), put right once per job.
+// Both instructions read bf16 pairs, (x[2i], x[2i+1]) per dword, so the layouts are shared.
+#ifndef OPTX_ISA_NS
+#error "define OPTX_ISA_NS before including attention_pairs_inl.h"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace optx::attn_detail::OPTX_ISA_NS {
+namespace {
+
+constexpr int kSub = 32;          // keys per score step: two 16-key A tiles of S^T, one P tile
+constexpr int kSuper = 4 * kSub;  // keys per softmax step and per O load / store
+static_assert(kSuper <= kMaxRowsPerCall);
+alignas(64) const uint16_t kZeroRow[kMaxHeadDim] = {};  // K / V of keys past the end
+
+// Key pairs of 32 columns of rows a and b (b null: zeros), by in-lane 16-bit unpacks (one
+// uop each, where a cross-lane vpermt2w is three): lo gets columns {0-3, 8-11, 16-19,
+// 24-27} and hi the others, so O's columns sit in that order (from_pair_order undoes it
+// once per job).
+OPTX_ALWAYS_INLINE void stage_pairs(const uint16_t* a, const uint16_t* b, uint16_t* lo, uint16_t* hi) {
+  const __m512i va = _mm512_loadu_si512(a), vb = b ? _mm512_loadu_si512(b) : _mm512_setzero_si512();
+  _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
+  _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
+}
+
+// In-register 16 x 16 transpose of dwords (dword j of r[i] -> dword i of r[j]) in three
+// shuffle stages: 64 shuffles for 256 dwords.
+OPTX_ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 4; ++k) {  // r[4k + c], per 128-bit lane L: column 4L + c of rows 4k..4k+3
+    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+  }
+}
+
+// 16 query rows x 32 keys of P from P^T (pt: [key][32 rows] bf16, from row 0 of the
+// half) into pr ([row][kSuper keys] bf16). Keys go in pairs: dword i of a row is
+// (p[2i], p[2i+1]). (The element-wise loop this replaced was ~17% of flash prefill's
+// samples.)
+OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) {  // r[i][row] = (p[row][2i], p[row][2i+1])
+    const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i) * 32));
+    const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i + 1) * 32));
+    r[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+  transpose16_epi32(r);
+  for (int row = 0; row < 16; ++row) _mm512_store_si512(pr + row * kSuper, r[row]);
+}
+
+// Q^T in pairs ([D/2][32 rows][2] bf16, rows past R zero). Sixteen dword pairs of sixteen
+// rows per transpose (an element loop took ~10 us per job, a quarter of a short-context
+// MLA decode call).
+void build_qt(const Job& j, int64_t D, uint16_t* qt) {
+  for (int half = 0; half < 2; ++half)
+    for (int64_t p0 = 0; p0 < D / 2; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int row = 16 * half + i;
+        r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
+      }
+      transpose16_epi32(r);
+      for (int c = 0; c < 16; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
+    }
+}
+
+void from_pair_order(float* o, int rows, int64_t Dv) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < Dv; d += 32) {
+      float* p = o + r * Dv + d;
+      const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
+      _mm512_storeu_ps(p, _mm512_permutex2var_ps(lo, i0, hi));
+      _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(lo, i1, hi));
+    }
+}
+
+// The next superblock's rows prefetched into L2 a slice per step of the current one's
+// work: issued in one burst, the prefetches wait on the fill buffers and hold up the work
+// behind them, so memory and compute would take turns instead of overlapping. Into L2: a
+// superblock (144 KiB for MLA) is more than L1 holds (T1 over T0, MLA ctx 8k / 32k, eight
+// alternating rounds on the AMX unit: median 11.1-13.9 -> 11.9-15.9 GB/s). Each key's
+// a_lines lines of pa[key], then b_lines of pb[key]; n keys over `steps` calls of step().
+class SpreadPrefetch {
+ public:
+  SpreadPrefetch(const void* const* pa, const void* const* pb, int64_t a_lines, int64_t b_lines, int64_t n, int64_t steps)
+      : pa_(pa), pb_(pb), a_lines_(a_lines), row_lines_(a_lines + b_lines), n_(n),
+        per_step_(steps > 0 ? (n * row_lines_ + steps - 1) / steps : 0) {}
+  // A run of consecutive lines of one row per inner loop (pointer steps only): the
+  // per-line form, which recomputed each line's row and part, cost 4-11% of hot time.
+  OPTX_ALWAYS_INLINE void step() {
+    for (int64_t left = per_step_; left > 0 && key_ < n_;) {
+      const bool in_a = line_ < a_lines_;
+      const char* p = in_a ? static_cast<const char*>(pa_[key_]) + 64 * line_
+                           : static_cast<const char*>(pb_[key_]) + 64 * (line_ - a_lines_);
+      const int64_t cnt = std::min(left, (in_a ? a_lines_ : row_lines_) - line_);
+      for (const char* e = p + 64 * cnt; p != e; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+      left -= cnt;
+      if ((line_ += cnt) == row_lines_) line_ = 0, ++key_;
+    }
+  }
+
+ private:
+  const void* const* pa_;
+  const void* const* pb_;
+  int64_t a_lines_, row_lines_, n_, per_step_;
+  int64_t key_ = 0, line_ = 0;
+};
+
+// Per-row running state of a job as vectors over its 32 row slots, and the keys
+// [lo, hi) the job visits (cut to its rows' causal / window reach).
+struct PairRows {
+  alignas(64) float diag[32];  // each row's diagonal key position; padded rows -1e30 (see nothing)
+  alignas(64) float mrow[32], lrow[32];
+  alignas(64) float corr[32];  // the last superblock's rescale of each row's O
+  int64_t lo = 0, hi = 0;
+  PairRows(const Config& c, const Job& j) {
+    const int R = j.nrows;
+    for (int r = 0; r < 32; ++r) {
+      diag[r] = r < R ? float(j.rows[r].qpos + j.offset) : -1e30f;
+      mrow[r] = -INFINITY;
+      lrow[r] = 0.0f;
+    }
+    lo = j.kv_begin, hi = j.kv_end;
+    float dmin = 1e30f, dmax = -1e30f;
+    for (int r = 0; r < R; ++r) dmin = std::min(dmin, diag[r]), dmax = std::max(dmax, diag[r]);
+    if (R > 0) {
+      if (c.causal) hi = std::min<int64_t>(hi, int64_t(dmax) + 1);
+      if (c.window_right >= 0) hi = std::min<int64_t>(hi, int64_t(dmax) + c.window_right + 1);
+      if (c.window_left >= 0) lo = std::max<int64_t>(lo, int64_t(dmin) - c.window_left);
+    }
+  }
+};
+
+// Int8 latent scores of a superblock (the AMX unit's TDPBSSD path): the h and l parts
+// [2][kSuper keys][32 rows], q's scales per row and the keys' scales.
+struct Int8Scores {
+  const int32_t* sti = nullptr;
+  const float* qs = nullptr;
+  const float* sk = nullptr;
+};
+
+// The vertical online softmax of one superblock of n keys from kb (n <= kSuper), rows
+// 16 at a time: scores st [key][32 rows] are scaled and masked in place, P^T written to
+// pt [key][32 rows] bf16 (zero for keys n .. nk), the rows' m, l and corr updated.
+void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int RT, PairRows& rs, float* st, uint16_t* pt,
+                        const Int8Scores& q8 = {}) {
+  const __m512 scale = _mm512_set1_ps(c.scale);
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int half = 0; half < RT / 16; ++half) {
+    const __m512 dg = _mm512_load_ps(rs.diag + 16 * half);
+    const __mmask16 real = _mm512_cmp_ps_mask(dg, _mm512_set1_ps(-1e29f), _CMP_GT_OQ);  // not padded rows
+    // Position masks only where the superblock crosses a row's causal / window edge
+    // (in causal prefill, only the blocks on the diagonal).
+    float dlo = 1e30f, dhi = -1e30f;
+    for (int r = 16 * half; r < 16 * half + 16; ++r)
+      if (rs.diag[r] > -1e29f) dlo = std::min(dlo, rs.diag[r]), dhi = std::max(dhi, rs.diag[r]);
+    const float first = float(kb), last = float(kb + n - 1);
+    const bool edge = (c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - float(c.window_left)) ||
+                      (c.window_right >= 0 && last > dlo + float(c.window_right));
+    __m512 bmax = neg_inf;
+    const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
+    for (int64_t k = 0; k < n; ++k) {
+      __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
+      if (q8.sti) {  // + scale_k * qs_r * (h + l / 254)
+        const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + k * 32 + 16 * half));
+        const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + (kSuper + k) * 32 + 16 * half));
+        s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(q8.sk[k])), s);
+      }
+      s = _mm512_mul_ps(s, scale);
+      __mmask16 vis = real;
+      if (edge) {
+        const __m512 key = _mm512_set1_ps(float(kb + k));
+        if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
+        if (c.window_left >= 0) vis &= _mm512_cmp_ps_mask(key, _mm512_sub_ps(dg, _mm512_set1_ps(float(c.window_left))), _CMP_GE_OQ);
+        if (c.window_right >= 0) vis &= _mm512_cmp_ps_mask(key, _mm512_add_ps(dg, _mm512_set1_ps(float(c.window_right))), _CMP_LE_OQ);
+      }
+      s = _mm512_mask_blend_ps(vis, neg_inf, s);
+      _mm512_store_ps(st + k * 32 + 16 * half, s);
+      bmax = _mm512_max_ps(bmax, s);
+    }
+    const __m512 m_old = _mm512_load_ps(rs.mrow + 16 * half);
+    const __m512 m_new = _mm512_max_ps(m_old, bmax);
+    const __mmask16 live = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ);
+    // exp(m_old - m_new): 1 where nothing is live yet (avoids -inf - -inf).
+    const __m512 f = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), simd_type::exp(_mm512_sub_ps(m_old, m_new)));
+    __m512 l = _mm512_mul_ps(_mm512_load_ps(rs.lrow + 16 * half), f);
+    for (int64_t k = 0; k < nk; ++k) {
+      __m512 p = _mm512_setzero_ps();
+      if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
+      l = _mm512_add_ps(l, p);
+      if (q8.sti && k < n) p = _mm512_mul_ps(p, _mm512_set1_ps(q8.sk[k]));  // V is the unscaled int8 row
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
+    }
+    _mm512_store_ps(rs.mrow + 16 * half, m_new);
+    _mm512_store_ps(rs.lrow + 16 * half, l);
+    _mm512_store_ps(rs.corr + 16 * half, f);
+  }
+}
+
+// P = (P^T)^T for the superblock's nsub 32-key steps, and O's rows rescaled where their
+// max moved.
+void p_rows_and_rescale(const uint16_t* pt, uint16_t* pr, int nsub, int RT, const PairRows& rs, float* o, int64_t Dv) {
+  for (int sb = 0; sb < nsub; ++sb)
+    for (int half = 0; half < RT / 16; ++half) transpose_p16(pt + sb * kSub * 32 + 16 * half, pr + 16 * half * kSuper + sb * kSub);
+  for (int r = 0; r < RT; ++r)
+    if (rs.corr[r] != 1.0f) {
+      const __m512 f = _mm512_set1_ps(rs.corr[r]);
+      for (int64_t d = 0; d < Dv; d += 16) _mm512_storeu_ps(o + r * Dv + d, _mm512_mul_ps(_mm512_loadu_ps(o + r * Dv + d), f));
+    }
+}
+
+}  // namespace
+}  // namespace optx::attn_detail::OPTX_ISA_NS
