@@ -70,7 +70,17 @@ std::vector<Timing> timings_of(std::vector<std::vector<double>>& ms) {
 }  // namespace
 
 // One implementation is the interleaved loop of one (same warm-up, repetitions and time).
+// A copy of 64 MiB from DRAM (the ceiling's loop and buffers), GB/s, median of three; 0
+// before measure_ceilings().
+double copy_beside(int threads);
+
 Timing Context::time_it(const std::function<void()>& fn) const { return time_interleaved({fn})[0]; }
+
+// Copies bracketing a case's timing (before its warm-up, after its last call): the copy
+// rate of the moment, against which its bytes / time is also reported. This VM's DRAM
+// rate moves 2-3x between runs (copy ceilings 38-98 GB/s within one hour on the Zen 5
+// host), so a ceiling taken minutes earlier can put a row at 184% of "copy".
+double mean_of_copies(double before, double after) { return before > 0 && after > 0 ? 0.5 * (before + after) : 0; }
 
 void Context::add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
                               const std::function<void()>& basic_fn, double flops, double bytes) const {
@@ -80,6 +90,7 @@ void Context::add_interleaved(const Record& optx, const std::function<void()>& o
 }
 
 std::vector<Timing> Context::time_interleaved(const std::vector<std::function<void()>>& fns) const {
+  const double copy0 = copy_beside(threads);
   const double w0 = now_s();
   for (const auto& f : fns) f();  // warm-up: first touch, caches, thread pool, AMX power-up
   // Cases of a second or more per repetition get 3 repetitions (a median of 3 still).
@@ -94,6 +105,7 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
       ms[i].push_back((now_s() - t0) * 1e3);
     }
   }
+  copy_beside_gbs = mean_of_copies(copy0, copy_beside(threads));
   return timings_of(ms);
 }
 
@@ -101,6 +113,7 @@ std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>
   const int min_rounds = quick ? 2 : 6;  // noise phases last seconds: more, shorter rounds balance them better
   const double block_s = quick ? 0.05 : 0.15;  // timed seconds per block
   std::vector<std::vector<double>> ms(fns.size());
+  const double copy0 = copy_beside(threads);
   for (int round = 0; round < min_rounds || int(ms[0].size()) < (quick ? 3 : 7); ++round)
     for (size_t i = 0; i < fns.size(); ++i) {
       const double b0 = now_s();
@@ -113,6 +126,7 @@ std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>
         ms[i].push_back((now_s() - t0) * 1e3);
       } while (now_s() - t_start < block_s);
     }
+  copy_beside_gbs = mean_of_copies(copy0, copy_beside(threads));
   return timings_of(ms);
 }
 
@@ -182,6 +196,12 @@ void Context::add(Record r, const Timing& t, double flops, double bytes) const {
   if (memory_s > compute_s) r.roof = Roof::kMemory;
   else if (compute_s > 0 && r.roof == Roof::kMemory) r.roof = Roof::kBF16;
   r.share_of_floor = floor_s > 0 ? floor_s / s : 0;
+  if (r.roof == Roof::kMemory && copy_beside_gbs > 0) {
+    char beside[80];
+    std::snprintf(beside, sizeof beside, "%s%.0f%% of a copy beside (%.1f GB/s)", r.note.empty() ? "" : "; ",
+                  100.0 * bytes / (copy_beside_gbs * 1e9) / s, copy_beside_gbs);
+    r.note += beside;
+  }
   records->push_back(std::move(r));
 }
 
@@ -373,11 +393,35 @@ float read_stream(const char* p, size_t bytes, int threads) {
   return total;
 }
 
+// The copy ceiling's two buffers, kept for the copies timed beside each case.
+struct CopyBuffers {
+  char* src = nullptr;
+  char* dst = nullptr;
+  size_t bytes = 0;  // per buffer
+  size_t next = 0;   // offset of the next probe chunk
+};
+CopyBuffers g_copy;
+
+void copy_nt(char* dst, const char* src, size_t bytes, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const size_t lo = bytes * size_t(t) / size_t(T) / 64 * 64, hi = bytes * size_t(t + 1) / size_t(T) / 64 * 64;
+    if (detected_isa() >= Isa::kAvx512) copy_nt_avx512(dst + lo, src + lo, hi - lo);
+    else if (detected_isa() >= Isa::kAvx2) copy_nt_avx2(dst + lo, src + lo, hi - lo);
+    else std::memcpy(dst + lo, src + lo, hi - lo);
+  }
+}
+
 double copy_bandwidth(int threads, bool quick, double& read_gbs) {
   const size_t bytes = dram_working_set() / 2;  // per buffer
   char* src = static_cast<char*>(alloc_big(bytes));
   char* dst = static_cast<char*>(alloc_big(bytes));
-  if (!src || !dst) return 0;
+  if (!src || !dst) {
+    aligned_free(src);
+    aligned_free(dst);
+    return 0;
+  }
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < int64_t(bytes); i += 4096) {
     src[i] = char(i);
@@ -386,14 +430,7 @@ double copy_bandwidth(int threads, bool quick, double& read_gbs) {
   std::vector<double> gbs;
   for (int rep = 0; rep < (quick ? 3 : 7); ++rep) {
     const double t0 = now_s();
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      const size_t lo = bytes * size_t(t) / size_t(T) / 64 * 64, hi = bytes * size_t(t + 1) / size_t(T) / 64 * 64;
-      if (detected_isa() >= Isa::kAvx512) copy_nt_avx512(dst + lo, src + lo, hi - lo);
-      else if (detected_isa() >= Isa::kAvx2) copy_nt_avx2(dst + lo, src + lo, hi - lo);
-      else std::memcpy(dst + lo, src + lo, hi - lo);
-    }
+    copy_nt(dst, src, bytes, threads);
     gbs.push_back(2.0 * double(bytes) / (now_s() - t0) * 1e-9);
   }
   std::sort(gbs.begin(), gbs.end());
@@ -409,8 +446,9 @@ double copy_bandwidth(int threads, bool quick, double& read_gbs) {
   }
   std::sort(rd.begin(), rd.end());
   read_gbs = rd[rd.size() / 2];
-  aligned_free(src);
-  aligned_free(dst);
+  aligned_free(g_copy.src);
+  aligned_free(g_copy.dst);
+  g_copy = {src, dst, bytes, 0};
   return copy;
 }
 
@@ -435,6 +473,23 @@ std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, tes
 size_t dram_working_set() {
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   return std::max(size_t(512) << 20, llc > 0 ? 2 * size_t(llc) : 0);
+}
+
+double copy_beside(int threads) {
+  if (!g_copy.src) return 0;
+  // 64 MiB chunks walking the 2 x 256+ MiB buffers: each chunk's source was last touched
+  // hundreds of MiB ago, so it comes from DRAM as the ceiling's did.
+  const size_t chunk = std::min(g_copy.bytes, size_t(64) << 20);
+  std::vector<double> gbs;
+  for (int rep = 0; rep < 3; ++rep) {
+    if (g_copy.next + chunk > g_copy.bytes) g_copy.next = 0;
+    const double t0 = now_s();
+    copy_nt(g_copy.dst + g_copy.next, g_copy.src + g_copy.next, chunk, threads);
+    gbs.push_back(2.0 * double(chunk) / (now_s() - t0) * 1e-9);
+    g_copy.next += chunk;
+  }
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[1];
 }
 
 Ceilings measure_ceilings(int threads, bool quick) {

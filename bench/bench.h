@@ -67,8 +67,11 @@ struct Context {
   // before a timed call starts, and the rounds alternate so a slow phase of the machine
   // still falls on all of them.
   std::vector<Timing> time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const;
-  // Fills throughput from flops / bytes and the timing, and the share of the floor.
+  // Fills throughput from flops / bytes and the timing, and the share of the floor; a
+  // memory-bound row's note also gets its share of the copy timed beside it.
   void add(Record r, const Timing& t, double flops, double bytes) const;
+  // The copy rate measured around the last time_interleaved / time_blocks (0: none).
+  mutable double copy_beside_gbs = 0;
   // The usual side-by-side case: optx and basic timed interleaved, both rows added with
   // the same flops and bytes.
   void add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
