@@ -133,9 +133,13 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     const int64_t score_steps = nk / (two ? 8 : 16), pv_steps = (Dv + 63) / 64 * ((R + 5) / 6);
     SpreadPrefetch pf(kn, vn, k_lines, v_apart ? v_lines : 0, c.kv_once && !i8 ? n_next : 0, score_steps + pv_steps);
 
+    // Prefill reads a head's K / V from L2 / L3 (they serve many query tiles): this
+    // superblock's V rows go to L2 during its scores, ahead of the staging loads.
+    SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_steps);
     const uint16_t* const* keys = reinterpret_cast<const uint16_t* const*>(kp);
     for (int64_t k0 = 0; k0 < nk; k0 += two ? 8 : 16) {
       pf.step();
+      v_pf.step();
       if (two) score_keys<8, 2>(keys + k0, qt, D, st + k0 * 32);
       else score_keys<16, 1>(keys + k0, qt, D, st + k0 * 32);
     }
