@@ -135,26 +135,26 @@ class SpreadPrefetch {
 };
 
 // Per-row running state of a job as vectors over its 32 row slots, and the keys
-// [lo, hi) the job visits (cut to its rows' causal / window reach).
+// [lo, hi) the job visits (cut to its rows' causal / window reach). Positions stay int64:
+// as floats, those past 2^24 round (key 2^24 + 1 to 2^24), so masks and [lo, hi) moved.
 struct PairRows {
-  alignas(64) float diag[32];  // each row's diagonal key position; padded rows -1e30 (see nothing)
+  int64_t diag[32];  // each row's diagonal key position (rows < R)
+  int R = 0;
   alignas(64) float mrow[32], lrow[32];
   alignas(64) float corr[32];  // the last superblock's rescale of each row's O
   int64_t lo = 0, hi = 0;
-  PairRows(const Config& c, const Job& j) {
-    const int R = j.nrows;
+  PairRows(const Config& c, const Job& j) : R(j.nrows) {
     for (int r = 0; r < 32; ++r) {
-      diag[r] = r < R ? float(j.rows[r].qpos + j.offset) : -1e30f;
+      diag[r] = r < R ? j.rows[r].qpos + j.offset : 0;
       mrow[r] = -INFINITY;
       lrow[r] = 0.0f;
     }
     lo = j.kv_begin, hi = j.kv_end;
-    float dmin = 1e30f, dmax = -1e30f;
-    for (int r = 0; r < R; ++r) dmin = std::min(dmin, diag[r]), dmax = std::max(dmax, diag[r]);
     if (R > 0) {
-      if (c.causal) hi = std::min<int64_t>(hi, int64_t(dmax) + 1);
-      if (c.window_right >= 0) hi = std::min<int64_t>(hi, int64_t(dmax) + c.window_right + 1);
-      if (c.window_left >= 0) lo = std::max<int64_t>(lo, int64_t(dmin) - c.window_left);
+      const int64_t dmin = *std::min_element(diag, diag + R), dmax = *std::max_element(diag, diag + R);
+      if (c.causal) hi = std::min<int64_t>(hi, dmax + 1);
+      if (c.window_right >= 0) hi = std::min<int64_t>(hi, dmax + c.window_right + 1);
+      if (c.window_left >= 0) lo = std::max<int64_t>(lo, dmin - c.window_left);
     }
   }
 };
@@ -175,16 +175,26 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
   const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
   for (int half = 0; half < RT / 16; ++half) {
-    const __m512 dg = _mm512_load_ps(rs.diag + 16 * half);
-    const __mmask16 real = _mm512_cmp_ps_mask(dg, _mm512_set1_ps(-1e29f), _CMP_GT_OQ);  // not padded rows
+    // Rows 16 * half .. that exist; their position bounds relative to kb as floats: exact
+    // within 2^24 of kb, and beyond it rounding (monotonic) keeps their order against the
+    // key indices 0 .. n - 1.
+    const int nreal = std::clamp(rs.R - 16 * half, 0, 16);
+    const __mmask16 real = __mmask16((1u << nreal) - 1);  // not padded rows
+    alignas(64) float dgr[16] = {}, wlr[16] = {}, wrr[16] = {};
+    int64_t dlo = INT64_MAX, dhi = INT64_MIN;
+    for (int i = 0; i < nreal; ++i) {
+      const int64_t d = rs.diag[16 * half + i];
+      dgr[i] = float(d - kb);
+      if (c.window_left >= 0) wlr[i] = float(d - c.window_left - kb);
+      if (c.window_right >= 0) wrr[i] = float(d + c.window_right - kb);
+      dlo = std::min(dlo, d), dhi = std::max(dhi, d);
+    }
+    const __m512 dg = _mm512_load_ps(dgr), wl = _mm512_load_ps(wlr), wr = _mm512_load_ps(wrr);
     // Position masks only where the superblock crosses a row's causal / window edge
     // (in causal prefill, only the blocks on the diagonal).
-    float dlo = 1e30f, dhi = -1e30f;
-    for (int r = 16 * half; r < 16 * half + 16; ++r)
-      if (rs.diag[r] > -1e29f) dlo = std::min(dlo, rs.diag[r]), dhi = std::max(dhi, rs.diag[r]);
-    const float first = float(kb), last = float(kb + n - 1);
-    const bool edge = (c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - float(c.window_left)) ||
-                      (c.window_right >= 0 && last > dlo + float(c.window_right));
+    const int64_t first = kb, last = kb + n - 1;
+    const bool edge = nreal > 0 && ((c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - c.window_left) ||
+                                    (c.window_right >= 0 && last > dlo + c.window_right));
     __m512 bmax = neg_inf;
     const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
     for (int64_t k = 0; k < n; ++k) {
@@ -197,10 +207,10 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
       s = _mm512_mul_ps(s, scale);
       __mmask16 vis = real;
       if (edge) {
-        const __m512 key = _mm512_set1_ps(float(kb + k));
+        const __m512 key = _mm512_set1_ps(float(k));
         if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
-        if (c.window_left >= 0) vis &= _mm512_cmp_ps_mask(key, _mm512_sub_ps(dg, _mm512_set1_ps(float(c.window_left))), _CMP_GE_OQ);
-        if (c.window_right >= 0) vis &= _mm512_cmp_ps_mask(key, _mm512_add_ps(dg, _mm512_set1_ps(float(c.window_right))), _CMP_LE_OQ);
+        if (c.window_left >= 0) vis &= _mm512_cmp_ps_mask(key, wl, _CMP_GE_OQ);
+        if (c.window_right >= 0) vis &= _mm512_cmp_ps_mask(key, wr, _CMP_LE_OQ);
       }
       s = _mm512_mask_blend_ps(vis, neg_inf, s);
       _mm512_store_ps(st + k * 32 + 16 * half, s);
@@ -211,16 +221,18 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
     const __mmask16 live = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ);
     // exp(m_old - m_new): 1 where nothing is live yet (avoids -inf - -inf).
     const __m512 f = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), simd_type::exp(_mm512_sub_ps(m_old, m_new)));
-    __m512 l = _mm512_mul_ps(_mm512_load_ps(rs.lrow + 16 * half), f);
+    // The superblock's sum first, then into l: one key at a time, an f32 l stops growing
+    // at 2^24 (a flat row over 33.5M keys gave lse 16.64 for 17.33).
+    __m512 lb = _mm512_setzero_ps();
     for (int64_t k = 0; k < nk; ++k) {
       __m512 p = _mm512_setzero_ps();
       if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
-      l = _mm512_add_ps(l, p);
+      lb = _mm512_add_ps(lb, p);
       if (q8.sti && k < n) p = _mm512_mul_ps(p, _mm512_set1_ps(q8.sk[k]));  // V is the unscaled int8 row
       _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
     }
     _mm512_store_ps(rs.mrow + 16 * half, m_new);
-    _mm512_store_ps(rs.lrow + 16 * half, l);
+    _mm512_store_ps(rs.lrow + 16 * half, _mm512_fmadd_ps(_mm512_load_ps(rs.lrow + 16 * half), f, lb));
     _mm512_store_ps(rs.corr + 16 * half, f);
   }
 }

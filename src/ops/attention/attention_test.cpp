@@ -271,6 +271,94 @@ TEST(FlashAttention, LongQueryLength1023) {
   expect_all(cs);
 }
 
+// bf16 prefill jobs of 9-32 rows of one KV head (the AVX512_BF16 / AMX pair kernels): row
+// counts with every remainder of the 6-row P . V blocks, one 16-row half and two, head
+// dims with a last 32-column V chunk (Dv % 64 == 32) and D != Dv, keys over several
+// 128-key superblocks ending off the 32-key grid (an odd last key), causal with Sq < Skv
+// and Sq > Skv (rows of a half that see nothing), windows, sinks, GQA rows of several
+// heads, and varlen with sequences without queries or keys.
+TEST(FlashAttention, Bf16JobsOf9To32RowsOfOneKvHead) {
+  std::vector<FlashCase> cs;
+  struct S {
+    int64_t Sq, Skv, Nq, Nkv, D, Dv;
+    bool causal;
+    int64_t wl, wr;
+    bool sinks;
+  };
+  for (const S& s : {S{43, 300, 1, 1, 192, 128, true, -1, -1, false},   // 32 + 11 rows, 3 superblocks
+                     S{45, 200, 2, 2, 128, 96, true, 70, -1, false},    // 32 + 13 rows, window cuts lo
+                     S{17, 150, 1, 1, 160, 160, false, -1, -1, true},   // 17: one row in the second half
+                     S{25, 40, 1, 1, 64, 96, false, 3, 5, false},       // two-sided window
+                     S{31, 20, 1, 1, 96, 96, true, -1, -1, true},       // Sq > Skv: rows 0..10 see nothing
+                     S{14, 133, 1, 1, 96, 96, true, -1, -1, false},     // one half, Dv % 64 == 32
+                     S{9, 129, 1, 1, 32, 32, false, -1, -1, false},     // 9 rows, 128 + 1 keys
+                     S{16, 257, 2, 2, 64, 32, true, 100, 0, true},      // 16 rows, 2 superblocks + 1 key
+                     S{7, 70, 6, 2, 64, 160, true, -1, -1, false},      // 3 heads x 7 positions = 21 rows
+                     S{12, 5, 2, 1, 32, 64, true, -1, -1, true}}) {     // 2 heads x 12 = 24 rows, 19 empty
+    FlashCase c;
+    c.dtype = DType::kBF16, c.Sq = s.Sq, c.Skv = s.Skv, c.Nq = s.Nq, c.Nkv = s.Nkv, c.D = s.D, c.Dv = s.Dv;
+    c.causal = s.causal, c.wl = s.wl, c.wr = s.wr, c.sinks = s.sinks;
+    cs.push_back(c);
+  }
+  FlashCase t;  // varlen: 19, 32 + 8 (no keys) and 13 rows; a sequence without queries
+  t.dtype = DType::kBF16, t.layout = AttnLayout::kTND, t.Nq = 2, t.Nkv = 2, t.D = 96, t.Dv = 96;
+  t.lens_q = {19, 0, 40, 13}, t.lens_kv = {150, 5, 0, 13};
+  for (int variant = 0; variant < 3; ++variant) {
+    t.causal = variant != 1, t.wl = variant == 1 ? 6 : -1, t.sinks = variant == 2;
+    cs.push_back(t);
+  }
+  expect_all(cs);
+}
+
+// Query and key positions past 2^24 (not all of them floats): a causal prefill whose rows
+// see only their diagonal key (window_left = 0), so lse = the one score. K and V repeat
+// one row (position stride 0) to keep 2^24 keys small. A kernel comparing positions as
+// floats lets a row see its rounded neighbours (lse + log 2 or log 3) or none. Every
+// implementation but the reference (it scores all 2^24 keys per row), against the
+// reference rows over the keys around the diagonals.
+TEST(FlashAttention, PositionsPast2To24) {
+  const int64_t Skv = (int64_t(1) << 24) + 40, D = 32;
+  for (int64_t Sq : {16, 27}) {
+    testing::Rng rng{uint64_t(Sq)};
+    std::vector<uint16_t> q(size_t(Sq * D)), kv(size_t(2 * D)), out(size_t(Sq * D));
+    for (auto* x : {&q, &kv})
+      for (auto& e : *x) e = f32_to_bf16(rng.uniform());
+    std::vector<float> lse(static_cast<size_t>(Sq));
+    FlashAttentionParams p{.q = make_view(q.data(), DType::kBF16, {1, Sq, 1, D}),
+                           .k = make_view(kv.data(), DType::kBF16, {1, Skv, 1, D}, {D, 0, D, 1}),
+                           .v = make_view(kv.data() + D, DType::kBF16, {1, Skv, 1, D}, {D, 0, D, 1}),
+                           .out = make_view(out.data(), DType::kBF16, {1, Sq, 1, D}), .lse = make_view(lse.data(), DType::kF32, {1, 1, Sq}),
+                           .causal = true, .window_left = 0};
+    // Reference rows over keys base .. Skv (every row's visible keys), at their true positions.
+    const int64_t base = Skv - Sq - 8, n = Skv - base;
+    std::vector<double> ref, naive, rlse;
+    for (int64_t i = 0; i < Sq; ++i) {
+      const int64_t diag = Skv - Sq + i;
+      auto row = [&](bool bf16_steps) {
+        return testutil::naive_row(
+            D, D, n, 1.0 / std::sqrt(double(D)), 0.0, -INFINITY, [&](int64_t d) { return double(bf16_to_f32(q[size_t(i * D + d)])); },
+            [&](int64_t, int64_t d) { return double(bf16_to_f32(kv[size_t(d)])); },
+            [&](int64_t, int64_t d) { return double(bf16_to_f32(kv[size_t(D + d)])); },
+            [&](int64_t j, double*) { return base + j == diag; }, bf16_steps);
+      };
+      const testutil::RowRef rr = row(false), rn = row(true);
+      ref.insert(ref.end(), rr.out.begin(), rr.out.end()), naive.insert(naive.end(), rn.out.begin(), rn.out.end());
+      rlse.push_back(rr.lse);
+    }
+    for (const auto* impl : flash_registry().runnable()) {
+      if (std::string(impl->name) == "reference") continue;
+      std::fill(lse.begin(), lse.end(), NAN);
+      std::vector<uint8_t> ws(flash_attention_workspace_size(p));
+      ASSERT_TRUE(flash_run(impl->fn(), p, {ws.data(), ws.size()}).ok()) << impl->name;
+      std::vector<double> got, glse(lse.begin(), lse.end());
+      for (uint16_t x : out) got.push_back(bf16_to_f32(x));
+      const auto co = testutil::compare_out(got, ref, &naive), cl = testutil::compare_lse(glse, rlse);
+      EXPECT_TRUE(co.pass) << impl->name << " Sq=" << Sq << " out: " << co.message;
+      EXPECT_TRUE(cl.pass) << impl->name << " Sq=" << Sq << " lse: " << cl.message;
+    }
+  }
+}
+
 TEST(PagedDecode, MatchesNaiveSplitOrNot) {
   for (int threads : {1, 2}) {
     set_num_threads(threads);
@@ -507,6 +595,102 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
             const auto o = testutil::run_decode(*impl, c, uint64_t(rank + B + (i8 ? 7 : 0)));
             EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
           }
+  }
+  set_num_threads(0);
+}
+
+// Decode jobs of 9-32 rows of one KV head (more than kDecodeRows rows per KV head, so no
+// all-heads job): bf16 and i8 caches, paged blocks smaller than a 128-key superblock, one
+// and two KV heads, Sq > 1 (causal among the new tokens), Dv % 64 == 32 and D != Dv, row
+// counts with every remainder of the 6-row P . V blocks, and at 2 threads the KV split
+// (partial outputs and lse, a split starting past key 0).
+TEST(PagedDecode, JobsOf9To32RowsOfOneKvHead) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : paged_registry().runnable())
+      for (bool i8 : {false, true})
+        for (auto [B, Sq, Nq, Nkv, D, Dv, lens, bs] : {std::tuple{1, 1, 16, 1, 64, 64, std::vector<int32_t>{600}, 16},
+                                                       {1, 2, 8, 1, 96, 96, std::vector<int32_t>{530}, 32},
+                                                       {1, 3, 8, 1, 128, 96, std::vector<int32_t>{700}, 8},
+                                                       {1, 1, 11, 1, 64, 160, std::vector<int32_t>{520}, 64},
+                                                       {2, 1, 26, 2, 64, 64, std::vector<int32_t>{37, 300}, 16},
+                                                       {1, 2, 15, 1, 32, 32, std::vector<int32_t>{259}, 16}}) {
+          if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
+          DecodeCase c;
+          c.dtype = DType::kBF16, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = Dv, c.lens = lens;
+          c.block_size = bs;
+          const auto o = testutil::run_decode(*impl, c, uint64_t(D + Nq));
+          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+        }
+  }
+  set_num_threads(0);
+}
+
+// Decode at a context past 2^24 tokens (the block table maps every block but the last
+// to one physical block, so the cache stays small): the newest token (position L - 1 =
+// 2^24 + 1, not a float) has the largest score by far and must dominate the output. Key
+// positions are int64; a kernel that compares them as floats drops that key. Against the
+// reference row (every head has the same q, so one row serves all 16), the best kernel
+// only: 16M keys.
+TEST(PagedDecode, ContextPast2To24Tokens) {
+  const int64_t L = (int64_t(1) << 24) + 2, bs = 1024, D = 32, Nq = 16, blocks = (L + bs - 1) / bs, slots = 2 * bs;
+  testing::Rng rng(3);
+  std::vector<uint16_t> q(size_t(Nq * D), f32_to_bf16(1.0f)), k(size_t(slots * D)), v(size_t(slots * D)), out(size_t(Nq * D));
+  for (auto* x : {&k, &v})
+    for (auto& e : *x) e = f32_to_bf16(rng.uniform());
+  const int64_t newest = bs + (L - 1) % bs;  // slot of key L - 1 (the last block is physical block 1)
+  for (int64_t d = 0; d < D; ++d) k[size_t(newest * D + d)] = f32_to_bf16(5.0f);
+  std::vector<int32_t> table(size_t(blocks), 0), lens = {int32_t(L)};
+  table.back() = 1;
+  std::vector<float> lse(size_t(Nq), NAN);
+  const PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, Nq, D}), .k_cache = make_view(k.data(), DType::kBF16, {slots, D}),
+                            .v_cache = make_view(v.data(), DType::kBF16, {slots, D}),
+                            .block_tables = make_view(table.data(), DType::kI32, {1, blocks}),
+                            .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs, .kv_heads = 1,
+                            .out = make_view(out.data(), DType::kBF16, {1, 1, Nq, D}), .lse = make_view(lse.data(), DType::kF32, {1, Nq, 1})};
+  const auto* impl = paged_registry().runnable().front();
+  std::vector<uint8_t> ws(paged_decode_attention_workspace_size(p));
+  ASSERT_TRUE(paged_run(impl->fn(), p, {ws.data(), ws.size()}).ok());
+  auto slot = [&](int64_t j) { return int64_t(table[size_t(j / bs)]) * bs + j % bs; };
+  auto row = [&](bool bf16_steps) {
+    return testutil::naive_row(
+        D, D, L, 1.0 / std::sqrt(double(D)), 0.0, -INFINITY, [&](int64_t d) { return double(bf16_to_f32(q[size_t(d)])); },
+        [&](int64_t j, int64_t d) { return double(bf16_to_f32(k[size_t(slot(j) * D + d)])); },
+        [&](int64_t j, int64_t d) { return double(bf16_to_f32(v[size_t(slot(j) * D + d)])); }, [](int64_t, double*) { return true; },
+        bf16_steps);
+  };
+  const testutil::RowRef rr = row(false), rn = row(true);
+  std::vector<double> got, ref, naive, glse, rlse;
+  for (int64_t h = 0; h < Nq; ++h) {
+    for (int64_t d = 0; d < D; ++d) {
+      got.push_back(bf16_to_f32(out[size_t(h * D + d)]));
+      ref.push_back(rr.out[size_t(d)]), naive.push_back(rn.out[size_t(d)]);
+    }
+    glse.push_back(lse[size_t(h)]), rlse.push_back(rr.lse);
+  }
+  const auto co = testutil::compare_out(got, ref, &naive), cl = testutil::compare_lse(glse, rlse);
+  EXPECT_TRUE(co.pass) << impl->name << " out: " << co.message;
+  EXPECT_TRUE(cl.pass) << impl->name << " lse: " << cl.message;
+}
+
+// MLA decode of 9-32 rows: a latent of 160 (a last 32-column V chunk), 11 / 13 / 24
+// heads' rows, bf16 and i8 latent caches, blocks of 16 and 32, split at 2 threads.
+TEST(MlaDecode, JobsOf9To32RowsLatentOf160) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : mla_registry().runnable())
+      for (bool i8 : {false, true})
+        for (auto [B, Sq, Nq, rank, rope, lens, bs] : {std::tuple{1, 1, 16, 160, 32, std::vector<int32_t>{600}, 32},
+                                                       {1, 1, 11, 160, 32, std::vector<int32_t>{530}, 16},
+                                                       {2, 1, 13, 96, 32, std::vector<int32_t>{300, 131}, 16},
+                                                       {1, 2, 12, 64, 64, std::vector<int32_t>{700}, 16}}) {
+          if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;
+          DecodeCase c;
+          c.mla = true, c.i8 = i8, c.dtype = DType::kBF16, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = 1, c.D = rank + rope, c.Dv = rank;
+          c.lens = lens, c.block_size = bs;
+          const auto o = testutil::run_decode(*impl, c, uint64_t(rank + Nq + (i8 ? 7 : 0)));
+          EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
+        }
   }
   set_num_threads(0);
 }
