@@ -136,6 +136,18 @@ OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m51
   n1 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
 }
 
+// The AVX512_BF16 unit's P . V takes keys in pairs with vdpbf16ps: V pairs of two keys'
+// rows by in-lane 16-bit unpacks put 32 columns in the order {0-3, 8-11, 16-19, 24-27},
+// {4-7, 12-15, 20-23, 28-31}; these move 32 accumulator columns between that and O's.
+OPTX_ALWAYS_INLINE void to_pair_cols(__m512 n0, __m512 n1, __m512& lo, __m512& hi) {
+  lo = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), n1);
+  hi = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), n1);
+}
+OPTX_ALWAYS_INLINE void from_pair_cols(__m512 lo, __m512 hi, __m512& n0, __m512& n1) {
+  n0 = _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), hi);
+  n1 = _mm512_permutex2var_ps(lo, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31), hi);
+}
+
 // f(std::true_type) when a P . V pass covers all kCh columns, else f(std::false_type):
 // the full passes (all of them when Dv % kCh == 0) compile without per-vector column
 // tests. Alternating with the previous build in one process: int8 cache -8% time with
@@ -180,10 +192,11 @@ struct RowLines {
 //            128 of D, two KV heads at a time. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
 //            against the raw K rows into 16 accumulators, then one sum16.
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
-//   P . V    f32 FMAs of p against the V row widened by a shift and a mask, into a
-//            column chunk of every row held in registers for the whole block
-//            (R x CH / 16 zmm). Not vdpbf16ps: it retires half as many multiply-adds
-//            per cycle as FMA here (ceilings: 175 vs 336 GFLOP/s).
+//   P . V    a column chunk of every row held in registers for the whole block
+//            (R x CH / 16 zmm). AMX unit: f32 FMAs of p against the V row widened by a
+//            shift and a mask, not vdpbf16ps, which retires half as many multiply-adds
+//            per cycle as FMA on its cores (ceilings: 175 vs 336 GFLOP/s). AVX512_BF16
+//            unit: vdpbf16ps on key pairs (kPairs below).
 // Measured on B = 1, 32 / 8 heads, D = 128, ctx = 8192 with the cache in L2 (compute
 // alone), alternating call by call in one process: sum16 scores and FMA P . V against a
 // horizontal sum per score and vpmovzx-widened V, 1.22 -> 1.06 ms; AMX scores against
@@ -491,6 +504,27 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       });
     }
 #endif
+    // AVX512_BF16 unit: P . V by vdpbf16ps on key pairs (P rounded to bf16, as the flash
+    // kernels' P): half the multiply instructions of widened FMAs and no widening. Zen 5,
+    // B = 1 / 8, 32 / 8 heads, alternating with the FMA build: ctx 8k from DRAM +2 to
+    // +10% / +14-15%, ctx 2k in L3 ±0 to +29%. The AMX unit's cores issue vdpbf16ps at
+    // half the FMA's rate, so it widens V.
+#ifdef OPTX_ATTN_DECODE_AMX
+    constexpr bool kPairs = false;
+#else
+    constexpr bool kPairs = true;
+#endif
+    alignas(64) uint16_t Pb[kPairs ? kMaxRows : 1][kBlock];  // dword i: (p[2i], p[2i + 1]), 0 past n
+    if constexpr (kPairs) {
+      for (int r = 0; any && r < NR; ++r)
+        for (int64_t jj = 0; jj < n; jj += 32) {
+          const int64_t left = n - jj;
+          const __mmask16 m0 = __mmask16(left >= 16 ? 0xffff : (1u << left) - 1);
+          const __mmask16 m1 = __mmask16(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
+          const __m512 a = _mm512_maskz_loadu_ps(m0, S[r] + jj), b = _mm512_maskz_loadu_ps(m1, S[r] + jj + 16);
+          _mm512_store_si512(Pb[r] + jj, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+    }
     const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
     for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
@@ -502,10 +536,31 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         __m512 acc[R][kV];
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < kV; v += 2) {
-            if (v < nv) to_even_odd(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
-            else acc[r][v] = acc[r][v + 1] = _mm512_setzero_ps();
+            if (v >= nv) acc[r][v] = acc[r][v + 1] = _mm512_setzero_ps();
+            else if (kPairs) to_pair_cols(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
+            else to_even_odd(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
           }
-        for (int64_t jj = 0; jj < n; ++jj) {
+        for (int64_t jj = 0; kPairs && jj < n; jj += 2) {
+          if (v_apart) pv_prefetch(cur, next, jj);
+          if (v_apart && jj + 1 < n) pv_prefetch(cur, next, jj + 1);
+          if (jj % kPfEvery == 0) prefetch_next();
+          const uint16_t* v0 = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
+          const uint16_t* v1 = jj + 1 < n ? static_cast<const uint16_t*>(vp[jj + 1]) + g * j.v_goff + d0 : nullptr;
+          __m512bh vv[kV];
+          for (int v = 0; v < kV; v += 2) {
+            const __m512i w0 = v < nv ? _mm512_loadu_si512(v0 + 16 * v) : _mm512_setzero_si512();
+            const __m512i w1 = v < nv && v1 ? _mm512_loadu_si512(v1 + 16 * v) : _mm512_setzero_si512();
+            vv[v] = (__m512bh)_mm512_unpacklo_epi16(w0, w1);
+            vv[v + 1] = (__m512bh)_mm512_unpackhi_epi16(w0, w1);
+          }
+          for (int r = 0; r < R; ++r) {
+            int32_t pair;
+            std::memcpy(&pair, Pb[g * R + r] + jj, 4);
+            const __m512bh pp = (__m512bh)_mm512_set1_epi32(pair);
+            for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], vv[v], pp);
+          }
+        }
+        for (int64_t jj = 0; !kPairs && jj < n; ++jj) {
           if (v_apart) pv_prefetch(cur, next, jj);
           if (jj % kPfEvery == 0) prefetch_next();
           const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
@@ -523,7 +578,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < nv; v += 2) {
             __m512 n0, n1;
-            from_even_odd(acc[r][v], acc[r][v + 1], n0, n1);
+            if (kPairs) from_pair_cols(acc[r][v], acc[r][v + 1], n0, n1);
+            else from_even_odd(acc[r][v], acc[r][v + 1], n0, n1);
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, n0);
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v + 16, n1);
           }
