@@ -255,7 +255,9 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t many = rows <= kMaxRows ? ManyRowsLayout(D, Dv).floats : 0;
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
-  const int64_t dp = 16 * D + 128 * 32 + 2 * 2048 + 4096 + 32 * Dv;  // AVX512_BF16 job kernel
+  // AVX512_BF16 job kernel: flash jobs of up to 64 rows in two 32-row groups.
+  const int64_t dp_rows = rows > kMaxRows ? 64 : 32, dp_groups = dp_rows / 32;
+  const int64_t dp = dp_groups * (16 * D + 128 * 32 + 2048) + dp_rows * 64 + 4096 + dp_rows * Dv;
   return std::max({vec, amx, dp});
 }
 

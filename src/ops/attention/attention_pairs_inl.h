@@ -77,12 +77,13 @@ OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
 // Q^T in pairs ([D/2][32 rows][2] bf16, rows past R zero). Sixteen dword pairs of sixteen
 // rows per transpose (an element loop took ~10 us per job, a quarter of a short-context
 // MLA decode call).
-void build_qt(const Job& j, int64_t D, uint16_t* qt) {
+// The job's rows first .. first + 31.
+void build_qt(const Job& j, int64_t D, uint16_t* qt, int first = 0) {
   for (int half = 0; half < 2; ++half)
     for (int64_t p0 = 0; p0 < D / 2; p0 += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
-        const int row = 16 * half + i;
+        const int row = first + 16 * half + i;
         r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
       }
       transpose16_epi32(r);
@@ -143,9 +144,10 @@ struct PairRows {
   alignas(64) float mrow[32], lrow[32];
   alignas(64) float corr[32];  // the last superblock's rescale of each row's O
   int64_t lo = 0, hi = 0;
-  PairRows(const Config& c, const Job& j) : R(j.nrows) {
+  // The job's rows first .. first + 31.
+  PairRows(const Config& c, const Job& j, int first = 0) : R(std::clamp(j.nrows - first, 0, 32)) {
     for (int r = 0; r < 32; ++r) {
-      diag[r] = r < R ? j.rows[r].qpos + j.offset : 0;
+      diag[r] = r < R ? j.rows[first + r].qpos + j.offset : 0;
       mrow[r] = -INFINITY;
       lrow[r] = 0.0f;
     }

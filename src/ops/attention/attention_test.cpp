@@ -271,13 +271,14 @@ TEST(FlashAttention, LongQueryLength1023) {
   expect_all(cs);
 }
 
-// bf16 prefill jobs of 9-32 rows of one KV head (the AVX512_BF16 / AMX pair kernels): row
-// counts with every remainder of the 6-row P . V blocks, one 16-row half and two, head
+// bf16 prefill jobs of 9-64 rows of one KV head (the AVX512_BF16 / AMX pair kernels; the
+// AVX512_BF16 one takes 33-64 rows as two 32-row groups): row counts with every remainder
+// of the 6-row P . V blocks, one 16-row half and two, one group and two, head
 // dims with a last 32-column V chunk (Dv % 64 == 32) and D != Dv, keys over several
 // 128-key superblocks ending off the 32-key grid (an odd last key), causal with Sq < Skv
 // and Sq > Skv (rows of a half that see nothing), windows, sinks, GQA rows of several
 // heads, and varlen with sequences without queries or keys.
-TEST(FlashAttention, Bf16JobsOf9To32RowsOfOneKvHead) {
+TEST(FlashAttention, Bf16JobsOf9To64RowsOfOneKvHead) {
   std::vector<FlashCase> cs;
   struct S {
     int64_t Sq, Skv, Nq, Nkv, D, Dv;
@@ -294,7 +295,11 @@ TEST(FlashAttention, Bf16JobsOf9To32RowsOfOneKvHead) {
                      S{9, 129, 1, 1, 32, 32, false, -1, -1, false},     // 9 rows, 128 + 1 keys
                      S{16, 257, 2, 2, 64, 32, true, 100, 0, true},      // 16 rows, 2 superblocks + 1 key
                      S{7, 70, 6, 2, 64, 160, true, -1, -1, false},      // 3 heads x 7 positions = 21 rows
-                     S{12, 5, 2, 1, 32, 64, true, -1, -1, true}}) {     // 2 heads x 12 = 24 rows, 19 empty
+                     S{12, 5, 2, 1, 32, 64, true, -1, -1, true},       // 2 heads x 12 = 24 rows, 19 empty
+                     S{64, 64, 1, 1, 128, 128, true, -1, -1, false},    // two full groups
+                     S{100, 260, 1, 1, 64, 96, true, 40, -1, true},     // 64 + 36 rows, window
+                     S{8, 90, 8, 1, 64, 64, false, -1, -1, false},      // 8 heads x 8 = 64 rows
+                     S{70, 33, 1, 1, 32, 32, true, -1, -1, false}}) {   // Sq > Skv: the first group sees nothing
     FlashCase c;
     c.dtype = DType::kBF16, c.Sq = s.Sq, c.Skv = s.Skv, c.Nq = s.Nq, c.Nkv = s.Nkv, c.D = s.D, c.Dv = s.Dv;
     c.causal = s.causal, c.wl = s.wl, c.wr = s.wr, c.sinks = s.sinks;
