@@ -124,28 +124,22 @@ OPTX_ALWAYS_INLINE __m512 sum16(__m512 (&a)[16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
-// P . V widens each V row by a shift and a mask (bf16 is the top half of an f32), which
-// splits 32 columns into the even and the odd ones; these two permutations move 32
-// accumulator columns between that order and O's.
-OPTX_ALWAYS_INLINE void to_even_odd(__m512 n0, __m512 n1, __m512& even, __m512& odd) {
-  even = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), n1);
-  odd = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), n1);
-}
-OPTX_ALWAYS_INLINE void from_even_odd(__m512 even, __m512 odd, __m512& n0, __m512& n1) {
-  n0 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
-  n1 = _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), odd);
-}
-
-// The AVX512_BF16 unit's P . V takes keys in pairs with vdpbf16ps: V pairs of two keys'
-// rows by in-lane 16-bit unpacks put 32 columns in the order {0-3, 8-11, 16-19, 24-27},
-// {4-7, 12-15, 20-23, 28-31}; these move 32 accumulator columns between that and O's.
-OPTX_ALWAYS_INLINE void to_pair_cols(__m512 n0, __m512 n1, __m512& lo, __m512& hi) {
-  lo = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), n1);
-  hi = _mm512_permutex2var_ps(n0, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), n1);
-}
-OPTX_ALWAYS_INLINE void from_pair_cols(__m512 lo, __m512 hi, __m512& n0, __m512& n1) {
-  n0 = _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23), hi);
-  n1 = _mm512_permutex2var_ps(lo, _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31), hi);
+// The order P . V leaves 32 accumulator columns in, and the permutations to and from O's.
+// Widened FMAs (kPairs false): each V row widened by a shift and a mask (bf16 is the top
+// half of an f32) splits the columns into the even and the odd ones. vdpbf16ps on key
+// pairs (kPairs, the AVX512_BF16 unit): V pairs of two keys' rows by in-lane 16-bit
+// unpacks put them in the order {0-3, 8-11, 16-19, 24-27}, {4-7, 12-15, 20-23, 28-31}.
+// kToPv: O's order (x = columns 0-15, y = 16-31) to P . V's (a, b); else back.
+template <bool kPairs, bool kToPv>
+OPTX_ALWAYS_INLINE void permute_pv_cols(__m512 x, __m512 y, __m512& a, __m512& b) {
+  alignas(64) static constexpr int32_t kIdx[2][2][2][16] = {
+      {{{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23}, {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}},
+       {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}, {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}}},
+      {{{0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23}, {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31}},
+       {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}, {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}}}};
+  const int32_t(&idx)[2][16] = kIdx[kPairs][kToPv];
+  a = _mm512_permutex2var_ps(x, _mm512_load_si512(idx[0]), y);
+  b = _mm512_permutex2var_ps(x, _mm512_load_si512(idx[1]), y);
 }
 
 // f(std::true_type) when a P . V pass covers all kCh columns, else f(std::false_type):
@@ -537,8 +531,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < kV; v += 2) {
             if (v >= nv) acc[r][v] = acc[r][v + 1] = _mm512_setzero_ps();
-            else if (kPairs) to_pair_cols(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
-            else to_even_odd(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
+            else permute_pv_cols<kPairs, true>(_mm512_loadu_ps(og + r * Dv + d0 + 16 * v), _mm512_loadu_ps(og + r * Dv + d0 + 16 * v + 16), acc[r][v], acc[r][v + 1]);
           }
         for (int64_t jj = 0; kPairs && jj < n; jj += 2) {
           if (v_apart) pv_prefetch(cur, next, jj);
@@ -578,8 +571,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         for (int r = 0; r < R; ++r)
           for (int v = 0; v < nv; v += 2) {
             __m512 n0, n1;
-            if (kPairs) from_pair_cols(acc[r][v], acc[r][v + 1], n0, n1);
-            else from_even_odd(acc[r][v], acc[r][v + 1], n0, n1);
+            permute_pv_cols<kPairs, false>(acc[r][v], acc[r][v + 1], n0, n1);
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, n0);
             _mm512_storeu_ps(og + r * Dv + d0 + 16 * v + 16, n1);
           }
