@@ -403,6 +403,17 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         }
       }
     }
+    // AVX512_BF16 unit: P . V by vdpbf16ps on key pairs (P rounded to bf16, as the flash
+    // kernels' P, and written so by the softmax): half the multiply instructions of
+    // widened FMAs and no widening. Zen 5, B = 1 / 8, 32 / 8 heads, alternating with the
+    // FMA build: ctx 8k from DRAM +2 to +10% / +14-15%, ctx 2k in L3 ±0 to +29%. The AMX
+    // unit's cores issue vdpbf16ps at half the FMA's rate, so it widens V.
+#ifdef OPTX_ATTN_DECODE_AMX
+    constexpr bool kPairs = false;
+#else
+    constexpr bool kPairs = true;
+#endif
+    alignas(64) uint16_t Pb[kPairs ? kMaxRows : 1][kBlock];  // dword i: (p[2i], p[2i + 1]), 0 past n
     bool any = false;
     for (int r = 0; r < NR; ++r) {
       float* s = S[r];
@@ -415,7 +426,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       numerics::SoftmaxState st{mrow[r], lrow[r]};
       const float f = st.rescale_to(_mm512_reduce_max_ps(bm));
       if (st.empty()) {  // nothing visible yet: no probabilities this block
-        std::memset(s, 0, sizeof(float) * size_t(n));
+        if constexpr (kPairs) std::memset(Pb[r], 0, sizeof(Pb[r]));
+        else std::memset(s, 0, sizeof(float) * size_t(n));
         continue;
       }
       any = true;
@@ -429,7 +441,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       for (int64_t jj = 0; jj < n; jj += 16) {
         const __mmask16 live = __mmask16(n - jj >= 16 ? 0xffff : (1u << (n - jj)) - 1);
         const __m512 p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + jj), m)));
-        _mm512_mask_storeu_ps(s + jj, live, p);
+        if constexpr (kPairs) _mm256_store_si256(reinterpret_cast<__m256i*>(Pb[r] + jj), (__m256i)_mm512_cvtneps_pbh(p));
+        else _mm512_mask_storeu_ps(s + jj, live, p);
         sum = _mm512_add_ps(sum, p);
       }
       st.l += _mm512_reduce_add_ps(sum);
@@ -498,27 +511,6 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       });
     }
 #endif
-    // AVX512_BF16 unit: P . V by vdpbf16ps on key pairs (P rounded to bf16, as the flash
-    // kernels' P): half the multiply instructions of widened FMAs and no widening. Zen 5,
-    // B = 1 / 8, 32 / 8 heads, alternating with the FMA build: ctx 8k from DRAM +2 to
-    // +10% / +14-15%, ctx 2k in L3 ±0 to +29%. The AMX unit's cores issue vdpbf16ps at
-    // half the FMA's rate, so it widens V.
-#ifdef OPTX_ATTN_DECODE_AMX
-    constexpr bool kPairs = false;
-#else
-    constexpr bool kPairs = true;
-#endif
-    alignas(64) uint16_t Pb[kPairs ? kMaxRows : 1][kBlock];  // dword i: (p[2i], p[2i + 1]), 0 past n
-    if constexpr (kPairs) {
-      for (int r = 0; any && r < NR; ++r)
-        for (int64_t jj = 0; jj < n; jj += 32) {
-          const int64_t left = n - jj;
-          const __mmask16 m0 = __mmask16(left >= 16 ? 0xffff : (1u << left) - 1);
-          const __mmask16 m1 = __mmask16(left >= 32 ? 0xffff : left > 16 ? (1u << (left - 16)) - 1 : 0);
-          const __m512 a = _mm512_maskz_loadu_ps(m0, S[r] + jj), b = _mm512_maskz_loadu_ps(m1, S[r] + jj + 16);
-          _mm512_store_si512(Pb[r] + jj, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-    }
     const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
     for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
