@@ -30,31 +30,23 @@ using simd_type = simd::Avx512Bf16;
 namespace optx::attn_detail::avx512_bf16 {
 namespace {
 
-using i32_alias = int32_t __attribute__((may_alias, aligned(2)));
 constexpr int kDpRows = 64;  // rows of a flash job (two groups of 32)
 
-// A bf16 pair (x[2p], x[2p + 1]) in every dword.
-OPTX_ALWAYS_INLINE __m512bh pair_bcast(const uint16_t* x, int64_t p) {
-  return (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const i32_alias*>(x + 2 * p));
-}
-
-// S^T of NK keys (k[i]: row of key i) against Q^T pairs qt ([D/2][32][2]), H halves of 16
-// rows, into st [key][32 rows].
-template <int NK, int H>
-OPTX_ALWAYS_INLINE void score_keys(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st) {
-  __m512 acc[NK][H];
-  for (int i = 0; i < NK; ++i)
-    for (int h = 0; h < H; ++h) acc[i][h] = _mm512_setzero_ps();
+// S^T of NK keys (k[i]: row of key i) against Q^T pairs qt ([D/2][32][2]), both 16-row
+// halves, into st [key][32 rows].
+template <int NK>
+OPTX_ALWAYS_INLINE void score_keys_2h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st) {
+  __m512 acc[NK][2];
+  for (int i = 0; i < NK; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < D / 2; ++p) {
-    __m512bh q[H];
-    for (int h = 0; h < H; ++h) q[h] = (__m512bh)_mm512_load_si512(qt + p * 64 + 32 * h);
+    const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + 32);
     for (int i = 0; i < NK; ++i) {
       const __m512bh kp = pair_bcast(k[i], p);
-      for (int h = 0; h < H; ++h) acc[i][h] = _mm512_dpbf16_ps(acc[i][h], q[h], kp);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, kp);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, kp);
     }
   }
-  for (int i = 0; i < NK; ++i)
-    for (int h = 0; h < H; ++h) _mm512_store_ps(st + i * 32 + 16 * h, acc[i][h]);
+  for (int i = 0; i < NK; ++i) _mm512_store_ps(st + i * 32, acc[i][0]), _mm512_store_ps(st + i * 32 + 16, acc[i][1]);
 }
 
 // S^T of NK keys against one 16-row half, D's pairs in two halves with accumulators of
@@ -175,7 +167,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
       for (int64_t k0 = 0; k0 < nk; k0 += 8) {
         pf.step();
         v_pf.step();
-        if (two) score_keys<8, 2>(keys + k0, qt[g], D, st[g] + k0 * 32);
+        if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32);
         else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32);
       }
       const int rt = std::min(RT - 32 * g, 32);

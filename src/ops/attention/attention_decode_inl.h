@@ -13,6 +13,12 @@
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
 
+// A bf16 pair (x[2p], x[2p + 1]) in every dword: the broadcast operand of vdpbf16ps.
+OPTX_ALWAYS_INLINE __m512bh pair_bcast(const uint16_t* x, int64_t p) {
+  using i32_alias = int32_t __attribute__((may_alias, aligned(2)));
+  return (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const i32_alias*>(x + 2 * p));
+}
+
 // bf16 with D and Dv multiples of 32, no softcap / mask / bias tensor.
 bool supported(const Config& c, const Job& j) {
   if (!c.bf16 || c.D % 32 || c.Dv % 32 || c.softcap > 0.0f || c.D > kMaxHeadDim || c.Dv > kMaxHeadDim) return false;
@@ -539,9 +545,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
             vv[v + 1] = (__m512bh)_mm512_unpackhi_epi16(w0, w1);
           }
           for (int r = 0; r < R; ++r) {
-            int32_t pair;
-            std::memcpy(&pair, Pb[g * R + r] + jj, 4);
-            const __m512bh pp = (__m512bh)_mm512_set1_epi32(pair);
+            const __m512bh pp = pair_bcast(Pb[g * R + r], jj / 2);
             for (int v = 0; v < kV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], vv[v], pp);
           }
         }
