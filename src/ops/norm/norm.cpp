@@ -56,6 +56,16 @@ bool overlap(const TensorView& a, const TensorView& b) {
   return d < a_span && -d < b_span;
 }
 
+// `dst`, written row by row as `src` is read, must be src itself (same data and row
+// stride: each row is read before it is written) or apart: a shifted overlap would read
+// rows already written.
+Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name) {
+  if (overlap(dst, src) && (dst.data != src.data || (src.sizes[0] > 1 && dst.strides[0] != src.strides[0])))
+    return Error(StatusCode::kInvalidArgument, op, ": ", dst_name, " overlaps ", src_name, " without being ", src_name,
+                 " itself (same data and strides)");
+  return Status::Ok();
+}
+
 Status check_common(const char* op, const TensorView& x, const TensorView& w, const TensorView& out, float eps, Rows* r) {
   if (x.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": x.rank=", x.rank, " but must be 2 ([T, H])");
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
@@ -65,10 +75,7 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   if (T > 0 && H == 0) return Error(StatusCode::kInvalidArgument, op, ": x.sizes[1]=0: the hidden size must be >= 1");
   OPTX_RETURN_IF_ERROR(check_matrix(op, x, "x", T, H, x.dtype));
   OPTX_RETURN_IF_ERROR(check_matrix(op, out, "out", T, H, x.dtype));
-  // Rows run in place (out = x, same strides) or apart: a shifted overlap would read rows
-  // already normalised.
-  if (overlap(out, x) && (out.data != x.data || (T > 1 && out.strides[0] != x.strides[0])))
-    return Error(StatusCode::kInvalidArgument, op, ": out overlaps x without being x itself (same data and strides)");
+  OPTX_RETURN_IF_ERROR(in_place_or_apart(op, out, "out", x, "x"));
   OPTX_RETURN_IF_ERROR(check_view(op, "weight", w, /*need_data=*/false));
   if (w.rank != 1 || w.sizes[0] != H)
     return Error(StatusCode::kInvalidArgument, op, ": weight must be [H=", H, "], got rank ", w.rank, " sizes[0]=", w.sizes[0]);
@@ -148,9 +155,7 @@ Status to_rows(const AddRmsNormParams& p, Rows* r) {
   OPTX_RETURN_IF_ERROR(check_matrix(op, p.residual, "residual", r->T, r->H, p.x.dtype));
   if (overlap(p.residual, p.out))
     return Error(StatusCode::kInvalidArgument, op, ": out overlaps residual; residual must keep the sum (out may alias x)");
-  // residual is written as x is read: exactly in place, or apart.
-  if (overlap(p.residual, p.x) && (p.residual.data != p.x.data || (r->T > 1 && p.residual.strides[0] != p.x.strides[0])))
-    return Error(StatusCode::kInvalidArgument, op, ": residual overlaps x without being x itself (same data and strides)");
+  OPTX_RETURN_IF_ERROR(in_place_or_apart(op, p.residual, "residual", p.x, "x"));
   r->residual = p.residual.data;
   r->ldr = p.residual.strides[0];
   return Status::Ok();
