@@ -198,6 +198,12 @@ std::string generic_impl() { return "generic"; }
 }();
 }  // namespace
 
+std::vector<std::string> moe_detail::gating_impl_names() {
+  std::vector<std::string> names;
+  for (const auto* impl : topk_registry().runnable()) names.emplace_back(impl->name);
+  return names;
+}
+
 Status moe_gating_topk(const MoeGatingParams& p, Workspace) { return gating(topk_registry(), p); }
 
 Status moe_gating_topk_softmax(const MoeGatingSoftmaxParams& p, Workspace) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/validate.h"
 #include "optx/moe.h"
@@ -17,6 +18,10 @@ inline constexpr int64_t kMaxExperts = 1024;
 inline constexpr int64_t kMaxTopK = 32;
 // Hidden size finalize accumulates on the stack.
 inline constexpr int64_t kMaxHidden = 16384;
+
+// The gating implementations this host runs under OPTX_MAX_ISA, best first (both gating
+// ops register the same list): what tests and `optx verify` force in turn.
+std::vector<std::string> gating_impl_names();
 
 // The gating semantics in double, sorting instead of selecting (arguments checked).
 Status gating_reference(const MoeGatingParams& p);

@@ -18,18 +18,15 @@ namespace {
 
 using moe_testutil::gating_ref;
 
-// Runs f once per gating implementation this CPU runs, each forced by OPTX_IMPL (the test
-// isolation restores the variable after the test).
+// Runs f once per gating implementation this CPU runs, each forced by OPTX_IMPL.
 template <class F>
 void each_gating_impl(F f) {
-  for (const std::string name : {"avx512", "avx2", "scalar", "reference"}) {
-    if ((name == "avx512" && active_isa() < Isa::kAvx512) || (name == "avx2" && active_isa() < Isa::kAvx2)) continue;
-    setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
+  moe_testutil::for_each_gating_impl([&](const std::string& name) {
     ASSERT_EQ(selected_impl("moe_gating_topk"), name);
     ASSERT_EQ(selected_impl("moe_gating_topk_softmax"), name);
     SCOPED_TRACE("implementation " + name);
     f();
-  }
+  });
 }
 
 struct GatingCase {

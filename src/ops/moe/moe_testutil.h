@@ -4,16 +4,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "ops/moe/moe_internal.h"
 #include "optx/moe.h"
 #include "testing/compare.h"
 #include "testing/rng.h"
 
 namespace optx::moe_testutil {
+
+// Runs f(name) once per gating implementation this host runs, each forced for both gating
+// ops through OPTX_IMPL (their registries are moe.cpp's); OPTX_IMPL is restored after,
+// also when f throws: what runs next must see the caller's value.
+template <class F>
+void for_each_gating_impl(F f) {
+  struct Restore {
+    std::optional<std::string> saved;
+    ~Restore() {
+      if (saved) setenv("OPTX_IMPL", saved->c_str(), 1);
+      else unsetenv("OPTX_IMPL");
+    }
+  } restore;
+  if (const char* v = std::getenv("OPTX_IMPL")) restore.saved = v;
+  for (const std::string& name : moe_detail::gating_impl_names()) {
+    setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
+    f(name);
+  }
+}
 
 // Selected expert ids (descending score, ties to the lower id) and weights for one token.
 inline void gating_ref(const std::vector<double>& logits, const std::vector<double>& bias, const MoeGatingParams& p, int64_t k,

@@ -3,10 +3,8 @@
 // expert ranges), expert offsets and finalize against plain loops; grouped GEMM (+ SwiGLU)
 // under both schedules against per-expert double-precision products; whole moe_forward
 // layers against a double evaluation of the same model.
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <optional>
 #include <string>
 #include <tuple>
 
@@ -18,27 +16,8 @@
 namespace optx {
 namespace {
 
-// Every gating implementation this host runs (the routers' registries are internal to
-// moe.cpp): each is forced through OPTX_IMPL in turn, an unavailable one skipped, and the
-// variable restored.
-template <class F>
-void each_gating_impl(F f) {
-  struct Restore {  // also when f throws: the families verified after must see the caller's OPTX_IMPL
-    std::optional<std::string> saved;
-    ~Restore() {
-      if (saved) setenv("OPTX_IMPL", saved->c_str(), 1);
-      else unsetenv("OPTX_IMPL");
-    }
-  } restore;
-  if (const char* v = std::getenv("OPTX_IMPL")) restore.saved = v;
-  for (const std::string name : {"avx512", "avx2", "scalar", "reference"}) {
-    setenv("OPTX_IMPL", ("moe_gating_topk=" + name + ",moe_gating_topk_softmax=" + name).c_str(), 1);
-    if (selected_impl("moe_gating_topk") == name) f();
-  }
-}
-
 void verify_gating(std::vector<verify::Record>& out) {
-  each_gating_impl([&] {
+  moe_testutil::for_each_gating_impl([&](const std::string&) {
   struct C {
     const char* name;
     MoeScore score;
