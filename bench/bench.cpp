@@ -69,11 +69,11 @@ std::vector<Timing> timings_of(std::vector<std::vector<double>>& ms) {
 }
 }  // namespace
 
-// One implementation is the interleaved loop of one (same warm-up, repetitions and time).
 // A copy of 64 MiB from DRAM (the ceiling's loop and buffers), GB/s, median of three; 0
 // before measure_ceilings().
 double copy_beside(int threads);
 
+// One implementation is the interleaved loop of one (same warm-up, repetitions and time).
 Timing Context::time_it(const std::function<void()>& fn) const { return time_interleaved({fn})[0]; }
 
 // Copies bracketing a case's timing (before its warm-up, after its last call): the copy
@@ -482,15 +482,15 @@ double copy_beside(int threads) {
   // 64 MiB chunks walking the 2 x 256+ MiB buffers: each chunk's source was last touched
   // hundreds of MiB ago, so it comes from DRAM as the ceiling's did.
   const size_t chunk = std::min(g_copy.bytes, size_t(64) << 20);
-  std::vector<double> gbs;
-  for (int rep = 0; rep < 3; ++rep) {
+  double gbs[3];
+  for (double& g : gbs) {
     if (g_copy.next + chunk > g_copy.bytes) g_copy.next = 0;
     const double t0 = now_s();
     copy_nt(g_copy.dst + g_copy.next, g_copy.src + g_copy.next, chunk, threads);
-    gbs.push_back(2.0 * double(chunk) / (now_s() - t0) * 1e-9);
+    g = 2.0 * double(chunk) / (now_s() - t0) * 1e-9;
     g_copy.next += chunk;
   }
-  std::sort(gbs.begin(), gbs.end());
+  std::sort(gbs, gbs + 3);
   return gbs[1];
 }
 
