@@ -43,6 +43,7 @@ struct alignas(64) TileConfig {  // also loaded by the few-row decode kernel's A
 namespace optx::attn_detail::amx {
 namespace {
 
+constexpr int kAmxRows = 64;  // rows of a flash job (two groups of 32)
 constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
 void configure() {
   TileConfig cfg{};
@@ -141,21 +142,30 @@ OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
 }
 
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows) return run_job_bf16(c, j, scratch);
+  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kAmxRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
-  const bool two = R > 16;  // second column tile of rows
-  const int RT = two ? 32 : 16;
+  // Flash jobs of 33-64 rows run as two groups of 32 (each with its own Q^T, softmax
+  // state and P rows) that share each superblock's K / V reads and V staging. In BSND a
+  // head's K / V rows sit a token's row (4 KiB at 16 heads) apart: every row is a new
+  // page to the L2 streamer and the rows alias into a few L1 / L2 sets, so they come
+  // from L3 on every visit; two groups visit them half as often.
+  const int groups = R > 32 ? 2 : 1;
+  const bool two = R > 16;  // second column tile of rows (both groups of a 2-group job)
+  const int RT = groups == 2 ? 64 : two ? 32 : 16;  // rows of O and P (padded)
   const int64_t D = c.D, Dv = c.Dv;
   // Scratch layout (all 64-byte aligned multiples; see job_scratch_floats).
-  uint16_t* qt = reinterpret_cast<uint16_t*>(scratch);         // [D/2][32][2]
-  uint16_t* kst = qt + D * 32;                                  // [32][D] staged K rows
-  uint16_t* stage = kst + 32 * D;                               // [2][kStageSub]
-  float* st = reinterpret_cast<float*>(stage + 2 * kStageSub);  // [kSuper keys][32 rows]
+  uint16_t* qts[2];
+  qts[0] = reinterpret_cast<uint16_t*>(scratch);                // [groups][D/2][32][2]
+  qts[1] = qts[0] + D * 32;
+  uint16_t* kst = qts[0] + groups * D * 32;                     // [32][D] staged K rows
+  uint16_t* stage = kst + 32 * D;                               // [kSuper / kSub][kStageSub]
+  float* st = reinterpret_cast<float*>(stage + (kSuper / kSub) * kStageSub);  // [kSuper keys][32 rows]
   uint16_t* pt = reinterpret_cast<uint16_t*>(st + kSuper * 32);   // [kSuper keys][32 rows]
-  uint16_t* pr = pt + kSuper * 32;                                // [32 rows][kSuper keys]
-  float* o = reinterpret_cast<float*>(pr + 32 * kSuper);          // [32 rows][Dv], pair order
+  uint16_t* pr = pt + kSuper * 32;                                // [RT rows][kSuper keys]
+  float* o = reinterpret_cast<float*>(pr + RT * kSuper);          // [RT rows][Dv], pair order
+  const uint16_t* qt = qts[0];
 
-  build_qt(j, D, qt);
+  for (int g = 0; g < groups; ++g) build_qt(j, D, qts[g], 32 * g);
   std::memset(o, 0, sizeof(float) * size_t(RT * Dv));
   // An i8 latent cache: scores from TDPBSSD on the cache's int8 rows against q in two
   // int8 halves (build_q8), the rope part in bf16, the token scale applied to each key's
@@ -165,7 +175,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   const int64_t L = x8.k_dim, RD = x8.rope_dim;
   static const bool amx_int8 = cpu_features().amx_int8;
   const size_t q8_bytes = size_t(64 * L) + size_t(2 * kSuper * 32 * 4) + size_t(32 * L) + size_t(64 * RD) + size_t(64 * L);
-  const bool q8 = x8.k && !x8.v && amx_int8 && L % 64 == 0 && RD % 32 == 0 && q8_bytes <= I8Kv::stage_bytes(x8.k_width(), 0, true);
+  const bool q8 = groups == 1 && x8.k && !x8.v && amx_int8 && L % 64 == 0 && RD % 32 == 0 && q8_bytes <= I8Kv::stage_bytes(x8.k_width(), 0, true);
   int8_t* q8h = nullptr;
   int8_t* q8l = nullptr;
   int32_t* sti = nullptr;  // [2][kSuper keys][32 rows]: the h and l scores
@@ -180,8 +190,10 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     kstr = reinterpret_cast<uint16_t*>(kst8 + 32 * L);
     build_q8(j, L, q8h, q8l, qs, reinterpret_cast<int8_t*>(kstr + 32 * RD));
   }
-  PairRows rs(c, j);
-  const int64_t lo = rs.lo, hi = rs.hi;
+  PairRows rss[2] = {PairRows(c, j, 0), PairRows(c, j, 32)};
+  PairRows& rs = rss[0];
+  const int64_t lo = groups == 2 ? std::min(rss[0].lo, rss[1].lo) : rs.lo;
+  const int64_t hi = groups == 2 ? std::max(rss[0].hi, rss[1].hi) : rs.hi;
   configure();
   const void* kp[kSuper];
   const void* vpp[kSuper];
@@ -222,7 +234,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       if (n_pf) j.kv.sources(kb + 2 * kSuper, n_pf, true, src_lat, src_rope, nullptr, DequantRow{});
       pa = src_lat, pb = src_rope, a_lines = lat_lines, b_lines = rope_lines;
     }
-    const int64_t steps = nsub * (D / 32) + Dv / 32;
+    const int64_t steps = groups * nsub * (D / 32) + Dv / 32;
     SpreadPrefetch pf(pa, pb, a_lines, b_lines, c.kv_once ? n_pf : 0, steps);
     auto prefetch_next = [&] { pf.step(); };
     // S^T = K . Q^T, 32 keys per step over D in steps of 32.
@@ -244,69 +256,83 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       score_tiles<false>(ra, ra_stride, qt + (L / 2) * 64, RD * 2, two, prefetch_next);  // the rope part
       store_scores(st + s0 * 32, two);
     }
-    for (int sb = 0; !q8 && sb < nsub; ++sb) {
-      const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
-      // Each 16-key A tile loads straight from the cache rows when they sit at one
-      // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
-      const void* ka[2];
-      int64_t ka_stride[2];
-      for (int t = 0; t < 2; ++t) ka[t] = tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
-      score_tiles<false>(ka, ka_stride, qt, D * 2, two, prefetch_next);
-      store_scores(st + s0 * 32, two);
-    }
     const int64_t nk = int64_t(nsub) * kSub;  // keys the P tiles cover; p = 0 past n
-    softmax_superblock(c, kb, n, nk, RT, rs, st, pt, q8 ? Int8Scores{sti, qs, sk} : Int8Scores{});
-    p_rows_and_rescale(pt, pr, nsub, RT, rs, o, Dv);
+    if (q8) {
+      softmax_superblock(c, kb, n, nk, RT, rs, st, pt, Int8Scores{sti, qs, sk});
+      p_rows_and_rescale(pt, pr, nsub, RT, rs, o, Dv);
+    }
+    for (int g = 0; !q8 && g < groups; ++g) {
+      for (int sb = 0; sb < nsub; ++sb) {
+        const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
+        // Each 16-key A tile loads straight from the cache rows when they sit at one
+        // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
+        const void* ka[2];
+        int64_t ka_stride[2];
+        for (int t = 0; t < 2; ++t) ka[t] = tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
+        score_tiles<false>(ka, ka_stride, qts[g], D * 2, two, prefetch_next);
+        store_scores(st + s0 * 32, two);
+      }
+      const int rt = std::min(RT - 32 * g, 32);
+      softmax_superblock(c, kb, n, nk, rt, rss[g], st, pt);
+      p_rows_and_rescale(pt, pr + 32 * g * kSuper, nsub, rt, rss[g], o + 32 * g * Dv, Dv);
+    }
     // O[row][dv] += P . V, 32 columns at a time held in C tiles across the whole
     // superblock (one O load / store per kSuper keys, not per 32); the V pairs of each
-    // 32-key step are staged just before use, double-buffered. (Staging columns d + 32
-    // during the tiles of d measured no better.)
+    // 32-key step are staged just before the first group's tiles use them, and the second
+    // group reuses them. (Staging columns d + 32 during the tiles of d measured no better.)
     for (int64_t d = 0; d < Dv; d += 32) {
       prefetch_next();
-      _tile_loadd(0, o + d, Dv * 4);
-      _tile_loadd(1, o + d + 16, Dv * 4);
-      if (two) {
-        _tile_loadd(2, o + 16 * Dv + d, Dv * 4);
-        _tile_loadd(3, o + 16 * Dv + d + 16, Dv * 4);
-      }
-      for (int sb = 0; sb < nsub; ++sb) {
-        const int64_t s0 = int64_t(sb) * kSub;
-        uint16_t* blo = stage + (sb & 1) * kStageSub;
-        uint16_t* bhi = blo + kStageSub / 2;
-        for (int p = 0; p < kSub / 2; ++p) {
-          const int64_t k0 = s0 + 2 * p, k1 = k0 + 1;
-          if (q8) {
-            const int8_t* a = k0 < n ? static_cast<const int8_t*>(kp[k0]) + d : reinterpret_cast<const int8_t*>(kZeroRow);
-            const int8_t* b = k1 < n ? static_cast<const int8_t*>(kp[k1]) + d : nullptr;
-            stage_pairs_i8(a, b, blo + p * 32, bhi + p * 32);
-            continue;
-          }
-          const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) + d : kZeroRow;
-          const uint16_t* b = k1 < n ? static_cast<const uint16_t*>(vpp[k1]) + d : nullptr;
-          stage_pairs(a, b, blo + p * 32, bhi + p * 32);
-        }
-        _tile_loadd(6, blo, 64);
-        _tile_loadd(7, bhi, 64);
-        _tile_loadd(4, pr + s0, kSuper * 2);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
+      for (int g = 0; g < groups; ++g) {
+        float* og = o + 32 * g * Dv;
+        const uint16_t* pg = pr + 32 * g * kSuper;
+        _tile_loadd(0, og + d, Dv * 4);
+        _tile_loadd(1, og + d + 16, Dv * 4);
         if (two) {
-          _tile_loadd(5, pr + 16 * kSuper + s0, kSuper * 2);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+          _tile_loadd(2, og + 16 * Dv + d, Dv * 4);
+          _tile_loadd(3, og + 16 * Dv + d + 16, Dv * 4);
         }
-      }
-      _tile_stored(0, o + d, Dv * 4);
-      _tile_stored(1, o + d + 16, Dv * 4);
-      if (two) {
-        _tile_stored(2, o + 16 * Dv + d, Dv * 4);
-        _tile_stored(3, o + 16 * Dv + d + 16, Dv * 4);
+        for (int sb = 0; sb < nsub; ++sb) {
+          const int64_t s0 = int64_t(sb) * kSub;
+          uint16_t* blo = stage + sb * kStageSub;
+          uint16_t* bhi = blo + kStageSub / 2;
+          for (int p = 0; g == 0 && p < kSub / 2; ++p) {
+            const int64_t k0 = s0 + 2 * p, k1 = k0 + 1;
+            if (q8) {
+              const int8_t* a = k0 < n ? static_cast<const int8_t*>(kp[k0]) + d : reinterpret_cast<const int8_t*>(kZeroRow);
+              const int8_t* b = k1 < n ? static_cast<const int8_t*>(kp[k1]) + d : nullptr;
+              stage_pairs_i8(a, b, blo + p * 32, bhi + p * 32);
+              continue;
+            }
+            const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) + d : kZeroRow;
+            const uint16_t* b = k1 < n ? static_cast<const uint16_t*>(vpp[k1]) + d : nullptr;
+            stage_pairs(a, b, blo + p * 32, bhi + p * 32);
+          }
+          _tile_loadd(6, blo, 64);
+          _tile_loadd(7, bhi, 64);
+          _tile_loadd(4, pg + s0, kSuper * 2);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          if (two) {
+            _tile_loadd(5, pg + 16 * kSuper + s0, kSuper * 2);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        _tile_stored(0, og + d, Dv * 4);
+        _tile_stored(1, og + d + 16, Dv * 4);
+        if (two) {
+          _tile_stored(2, og + 16 * Dv + d, Dv * 4);
+          _tile_stored(3, og + 16 * Dv + d + 16, Dv * 4);
+        }
       }
     }
   }
   _tile_release();
   from_pair_order(o, RT, Dv);
-  finish_rows(c, j, rs.mrow, rs.lrow, o);
+  alignas(64) float m[64], l[64];
+  for (int g = 0; g < groups; ++g)
+    for (int r = 0; r < 32; ++r) m[32 * g + r] = rss[g].mrow[r], l[32 * g + r] = rss[g].lrow[r];
+  finish_rows(c, j, m, l, o);
 }
 
 }  // namespace
@@ -314,7 +340,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
 
 namespace optx::attn_detail {
 const Kernels& kernels_amx() {
-  static const Kernels k{amx::run_job_amx, true};
+  static const Kernels k{amx::run_job_amx, true, amx::kAmxRows};
   return k;
 }
 }  // namespace optx::attn_detail

@@ -254,7 +254,10 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
   const int64_t many = rows <= kMaxRows ? ManyRowsLayout(D, Dv).floats : 0;
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
-  const int64_t amx = 16 * D + 16 * D + 1024 + 128 * 32 + 2 * 2048 + 32 * Dv + 64;
+  // AMX job kernel: Q^T per 32-row group, staged K rows, V pairs of a superblock, scores,
+  // P^T, P rows and O (flash jobs of up to 64 rows in two groups).
+  const int64_t amx_rows = rows > kMaxRows ? 64 : 32, amx_groups = amx_rows / 32;
+  const int64_t amx = amx_groups * 16 * D + 16 * D + 2048 + 128 * 32 + 2048 + amx_rows * 64 + amx_rows * Dv + 64;
   // AVX512_BF16 job kernel: flash jobs of up to 64 rows in two 32-row groups.
   const int64_t dp_rows = rows > kMaxRows ? 64 : 32, dp_groups = dp_rows / 32;
   const int64_t dp = dp_groups * (16 * D + 128 * 32 + 2048) + dp_rows * 64 + 4096 + dp_rows * Dv;
