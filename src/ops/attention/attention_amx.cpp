@@ -142,8 +142,7 @@ OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
 }
 
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kAmxRows)
-    return avx2_prefill(c, j) ? kernels_avx2().run_job(c, j, scratch) : run_job_bf16(c, j, scratch);
+  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kAmxRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   // Flash jobs of 33-64 rows run as two groups of 32 (each with its own Q^T, softmax
   // state and P rows) that share each superblock's K / V reads and V staging. In BSND a

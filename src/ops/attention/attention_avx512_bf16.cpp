@@ -106,8 +106,7 @@ void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int6
 }
 
 void run_job_dp(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows)
-    return avx2_prefill(c, j) ? kernels_avx2().run_job(c, j, scratch) : run_job_bf16(c, j, scratch);
+  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   // Flash jobs of 33-64 rows run as two groups of 32 rows (each with its own Q^T, scores,
   // softmax state and P) that share each superblock's K / V reads and V staging: flash

@@ -284,8 +284,8 @@ const Kernels& kernels_amx();
 // AVX2 unit's GEMM-strip prefill (attention_avx2_prefill_inl.h): each K / V block loaded
 // once for all the job's rows into GEMM microkernel calls, where the AVX-512 units' vector
 // kernel scores one (row, key) dot at a time. Flash S = 4096, 16 heads, D = 128, causal,
-// two threads (Sapphire Rapids class, stop 30): f32 759-828 -> 388 ms, bf16 on the
-// `avx512` unit 887 -> 421 ms. Its tiles need D and Dv multiples of 16.
+// two threads (Sapphire Rapids class, stop 30): f32 759-828 -> 388-436 ms, bf16 on the
+// `avx512` unit 887 -> 403 ms. Its tiles need D and Dv multiples of 16.
 inline bool avx2_prefill(const Config& c, const Job& j) {
   return !c.kv_once && j.groups == 1 && c.D % 16 == 0 && c.Dv % 16 == 0;
 }
