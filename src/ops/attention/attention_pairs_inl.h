@@ -170,12 +170,17 @@ struct Int8Scores {
 };
 
 // The vertical online softmax of one superblock of n keys from kb (n <= kSuper), rows
-// 16 at a time: scores st [key][32 rows] are scaled and masked in place, P^T written to
-// pt [key][32 rows] bf16 (zero for keys n .. nk), the rows' m, l and corr updated.
+// 16 at a time: scores st [key][32 rows] are masked in place where a mask applies, P^T
+// written to pt [key][32 rows] bf16 (zero for keys n .. nk), the rows' m, l and corr
+// updated.
+// The scale is applied inside the exponent, exp(s scale - m) = 2^(s c - m log2 e) with
+// c = scale log2 e, one FMA, rather than to every score in the max pass: that pass is
+// then a bare max over four chains (one max chain was bound by its latency, 4 cycles per
+// key), and scores are stored back only where a mask changed them.
 void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int RT, PairRows& rs, float* st, uint16_t* pt,
                         const Int8Scores& q8 = {}) {
-  const __m512 scale = _mm512_set1_ps(c.scale);
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), lo_arg = _mm512_set1_ps(-125.0f);
   for (int half = 0; half < RT / 16; ++half) {
     // Rows 16 * half .. that exist; their position bounds relative to kb as floats: exact
     // within 2^24 of kb, and beyond it rounding (monotonic) keeps their order against the
@@ -197,44 +202,91 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
     const int64_t first = kb, last = kb + n - 1;
     const bool edge = nreal > 0 && ((c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - c.window_left) ||
                                     (c.window_right >= 0 && last > dlo + c.window_right));
-    __m512 bmax = neg_inf;
-    const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
-    for (int64_t k = 0; k < n; ++k) {
-      __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
-      if (q8.sti) {  // + scale_k * qs_r * (h + l / 254)
-        const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + k * 32 + 16 * half));
-        const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + (kSuper + k) * 32 + 16 * half));
-        s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(q8.sk[k])), s);
+    // st holds u with the scaled score u * u_scale, u_scale > 0 (so max commutes with it):
+    // the raw score, or for a negative scale the scaled one.
+    const bool neg = c.scale < 0.0f;
+    const float u_scale = neg ? 1.0f : c.scale;
+    __m512 bm0 = neg_inf, bm1 = neg_inf, bm2 = neg_inf, bm3 = neg_inf;  // named, not an array: a
+    // runtime-indexed array of vectors lives on the stack
+    if (edge || q8.sti || nreal < 16 || neg) {
+      const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
+      const __m512 scale = _mm512_set1_ps(c.scale);
+      for (int64_t k = 0; k < n; ++k) {
+        __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
+        if (q8.sti) {  // + scale_k * qs_r * (h + l / 254)
+          const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + k * 32 + 16 * half));
+          const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + (kSuper + k) * 32 + 16 * half));
+          s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(q8.sk[k])), s);
+        }
+        if (neg) s = _mm512_mul_ps(s, scale);
+        __mmask16 vis = real;
+        if (edge) {
+          const __m512 key = _mm512_set1_ps(float(k));
+          if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
+          if (c.window_left >= 0) vis &= _mm512_cmp_ps_mask(key, wl, _CMP_GE_OQ);
+          if (c.window_right >= 0) vis &= _mm512_cmp_ps_mask(key, wr, _CMP_LE_OQ);
+        }
+        s = _mm512_mask_blend_ps(vis, neg_inf, s);
+        _mm512_store_ps(st + k * 32 + 16 * half, s);
+        bm0 = _mm512_max_ps(bm0, s);
       }
-      s = _mm512_mul_ps(s, scale);
-      __mmask16 vis = real;
-      if (edge) {
-        const __m512 key = _mm512_set1_ps(float(k));
-        if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);
-        if (c.window_left >= 0) vis &= _mm512_cmp_ps_mask(key, wl, _CMP_GE_OQ);
-        if (c.window_right >= 0) vis &= _mm512_cmp_ps_mask(key, wr, _CMP_LE_OQ);
+    } else {
+      const float* sh = st + 16 * half;
+      int64_t k = 0;
+      for (; k + 4 <= n; k += 4) {
+        bm0 = _mm512_max_ps(bm0, _mm512_load_ps(sh + k * 32));
+        bm1 = _mm512_max_ps(bm1, _mm512_load_ps(sh + k * 32 + 32));
+        bm2 = _mm512_max_ps(bm2, _mm512_load_ps(sh + k * 32 + 64));
+        bm3 = _mm512_max_ps(bm3, _mm512_load_ps(sh + k * 32 + 96));
       }
-      s = _mm512_mask_blend_ps(vis, neg_inf, s);
-      _mm512_store_ps(st + k * 32 + 16 * half, s);
-      bmax = _mm512_max_ps(bmax, s);
+      for (; k < n; ++k) bm0 = _mm512_max_ps(bm0, _mm512_load_ps(sh + k * 32));
     }
+    const __m512 bmax = _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(bm0, bm1), _mm512_max_ps(bm2, bm3)), _mm512_set1_ps(u_scale));
     const __m512 m_old = _mm512_load_ps(rs.mrow + 16 * half);
     const __m512 m_new = _mm512_max_ps(m_old, bmax);
     const __mmask16 live = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_NEQ_OQ);
     // exp(m_old - m_new): 1 where nothing is live yet (avoids -inf - -inf).
     const __m512 f = _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), simd_type::exp(_mm512_sub_ps(m_old, m_new)));
+    // p = 2^t, t = u c - m log2 e, as 2^floor(t) (scalef) times a degree-5 polynomial for
+    // 2^r, r = t - floor(t) in [0, 1) (vreduceps: one uop for the range reduction;
+    // relative error 1.6e-7 evaluated in f32, as simd exp's degree 6 on [-0.5, 0.5]).
+    // t below -125 (exp's -87 nats), masked keys (-inf, whose r is NaN) and rows with
+    // nothing live give 0 through scalef's zero mask.
+    const __m512 cu = _mm512_mul_ps(_mm512_set1_ps(u_scale), log2e), nm = _mm512_maskz_mul_ps(live, m_new, _mm512_set1_ps(-1.44269504088896341f));
     // The superblock's sum first, then into l: one key at a time, an f32 l stops growing
-    // at 2^24 (a flat row over 33.5M keys gave lse 16.64 for 17.33).
-    __m512 lb = _mm512_setzero_ps();
-    for (int64_t k = 0; k < nk; ++k) {
-      __m512 p = _mm512_setzero_ps();
-      if (k < n) p = _mm512_maskz_mov_ps(live, simd_type::exp(_mm512_sub_ps(_mm512_load_ps(st + k * 32 + 16 * half), m_new)));
-      lb = _mm512_add_ps(lb, p);
-      if (q8.sti && k < n) p = _mm512_mul_ps(p, _mm512_set1_ps(q8.sk[k]));  // V is the unscaled int8 row
+    // at 2^24 (a flat row over 33.5M keys gave lse 16.64 for 17.33). Two sums, so the adds
+    // are not one latency chain.
+    const auto p_of = [&](int64_t k) {
+      const __m512 t = _mm512_fmadd_ps(_mm512_load_ps(st + k * 32 + 16 * half), cu, nm);
+      const __m512 r = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      __m512 q = _mm512_set1_ps(1.877576645e-3f);
+      q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.989340163e-3f));
+      q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.582631799e-2f));
+      q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(2.401536171e-1f));
+      q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(6.931530732e-1f));
+      q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.999999251e-1f));
+      return _mm512_maskz_scalef_ps(_mm512_mask_cmp_ps_mask(live, t, lo_arg, _CMP_GE_OQ), q, t);
+    };
+    const float* sk = q8.sti ? q8.sk : nullptr;  // hoisted: q8's fields are re-read past pt's stores
+    const auto store_p = [&](int64_t k, __m512 p) {
+      if (sk) p = _mm512_mul_ps(p, _mm512_set1_ps(sk[k]));  // V is the unscaled int8 row
       _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
+    };
+    __m512 lb0 = _mm512_setzero_ps(), lb1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+      const __m512 p0 = p_of(k), p1 = p_of(k + 1);
+      lb0 = _mm512_add_ps(lb0, p0), lb1 = _mm512_add_ps(lb1, p1);
+      store_p(k, p0), store_p(k + 1, p1);
     }
+    for (; k < n; ++k) {
+      const __m512 p0 = p_of(k);
+      lb0 = _mm512_add_ps(lb0, p0);
+      store_p(k, p0);
+    }
+    for (; k < nk; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), _mm256_setzero_si256());
     _mm512_store_ps(rs.mrow + 16 * half, m_new);
-    _mm512_store_ps(rs.lrow + 16 * half, _mm512_fmadd_ps(_mm512_load_ps(rs.lrow + 16 * half), f, lb));
+    _mm512_store_ps(rs.lrow + 16 * half, _mm512_fmadd_ps(_mm512_load_ps(rs.lrow + 16 * half), f, _mm512_add_ps(lb0, lb1)));
     _mm512_store_ps(rs.corr + 16 * half, f);
   }
 }

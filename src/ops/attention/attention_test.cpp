@@ -196,14 +196,23 @@ TEST(FlashAttention, StridedViewsMatchContiguous) {
 }
 
 // An explicit scale replaces 1/sqrt(D): a kernel that ignored it, or applied both, fails.
+// A negative scale flips which key has the largest score (a max taken before scaling would
+// pick the smallest), in jobs of 34 rows (two column tiles of the bf16 kernels) and 140
+// (several jobs, causal edges inside superblocks).
 TEST(FlashAttention, ExplicitScale) {
   std::vector<FlashCase> cs;
   for (DType dt : {DType::kF32, DType::kBF16})
-    for (auto [scale, l, causal] : {std::tuple{0.3f, AttnLayout::kBSND, true}, {1.7f, AttnLayout::kBNSD, false}}) {
+    for (auto [scale, l, causal] : {std::tuple{0.3f, AttnLayout::kBSND, true}, {1.7f, AttnLayout::kBNSD, false},
+                                    {-0.4f, AttnLayout::kBSND, true}, {-1.1f, AttnLayout::kBNSD, false}}) {
       FlashCase c;
       c.dtype = dt, c.layout = l, c.Sq = 17, c.Skv = 40, c.Nq = 4, c.Nkv = 2, c.scale = scale, c.causal = causal;
       cs.push_back(c);
     }
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    FlashCase c;
+    c.dtype = dt, c.Sq = 140, c.Skv = 300, c.Nq = 2, c.Nkv = 1, c.scale = -0.25f, c.causal = true;
+    cs.push_back(c);
+  }
   FlashCase c;  // with softcap: scale applies before the cap
   c.scale = 0.9f, c.softcap = 2.0f, c.Skv = 70;
   cs.push_back(c);
