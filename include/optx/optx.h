@@ -45,6 +45,7 @@ typedef struct optx_gemm_params {
   float alpha, beta;
   int b_kn;
 } optx_gemm_params;
+/* 0 with optx_last_error() set when the params are refused (a valid call may also need 0). */
 size_t optx_gemm_workspace_size(const optx_gemm_params* p);
 optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes);
 

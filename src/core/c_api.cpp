@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "ops/gemm/gemm_internal.h"
 #include "optx/gemm.h"
 
 namespace {
@@ -77,8 +78,14 @@ optx_status optx_selected_impl(const char* op, char* buf, size_t buf_size) {
   return OPTX_OK;
 }
 
+// A valid call may need no workspace, so 0 alone cannot say the params were refused: a
+// refusal also sets optx_last_error() (the message gemm() would return).
 size_t optx_gemm_workspace_size(const optx_gemm_params* p) {
-  return p && check_dtypes(*p).ok() ? optx::gemm_workspace_size(to_params(*p)) : 0;
+  if (!p) return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null")), 0;
+  if (optx::Status st = check_dtypes(*p); !st.ok()) return to_c(st), 0;
+  const optx::GemmParams g = to_params(*p);
+  if (optx::Status st = optx::gemm_detail::validate(g, /*need_data=*/false); !st.ok()) return to_c(st), 0;
+  return optx::gemm_workspace_size(g);
 }
 
 optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes) {

@@ -226,12 +226,26 @@ TEST(CApi, ErrorsAreCodesWithMessages) {
   const int past = 256;  // as a C caller may pass it: the enum's storage holds any int
   std::memcpy(&bad.a.dtype, &past, sizeof past);
   EXPECT_EQ(optx_gemm_workspace_size(&bad), 0u);
+  EXPECT_STREQ(optx_last_error(), "gemm: a.dtype=256 is not an optx_dtype");
   EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
   EXPECT_STREQ(optx_last_error(), "gemm: a.dtype=256 is not an optx_dtype");
   bad = p;
   bad.c.rank = 9;
   EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
   EXPECT_NE(std::string(optx_last_error()).find("gemm: c.rank=9"), std::string::npos) << optx_last_error();
+  // The size query refuses with the same message gemm() gives, data pointers aside.
+  bad = p;
+  bad.c.sizes[1] = 3;
+  bad.a.data = nullptr;
+  EXPECT_EQ(optx_gemm_workspace_size(&bad), 0u);
+  const std::string size_msg = optx_last_error();
+  EXPECT_NE(size_msg.find("gemm: "), std::string::npos) << size_msg;
+  EXPECT_NE(size_msg.find("c"), std::string::npos) << size_msg;
+  bad.a.data = a;
+  EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
+  EXPECT_EQ(size_msg, optx_last_error());
+  EXPECT_EQ(optx_gemm_workspace_size(nullptr), 0u);
+  EXPECT_STREQ(optx_last_error(), "gemm: params is null");
   bad = p;
   bad.b.rank = -1;
   EXPECT_EQ(optx_gemm(&bad, ws.data(), ws.size()), OPTX_INVALID_ARGUMENT);
