@@ -46,6 +46,12 @@ optx::Status check_dtypes(const optx_gemm_params& p) {
   return optx::Status::Ok();
 }
 
+// What both gemm entry points check before the C struct may be converted.
+optx::Status check_c_params(const optx_gemm_params* p) {
+  if (!p) return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null");
+  return check_dtypes(*p);
+}
+
 optx::GemmParams to_params(const optx_gemm_params& p) {
   optx::GemmParams g;
   g.a = to_view(p.a);
@@ -81,16 +87,15 @@ optx_status optx_selected_impl(const char* op, char* buf, size_t buf_size) {
 // A valid call may need no workspace, so 0 alone cannot say the params were refused: a
 // refusal also sets optx_last_error() (the message gemm() would return).
 size_t optx_gemm_workspace_size(const optx_gemm_params* p) {
-  if (!p) return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null")), 0;
-  if (optx::Status st = check_dtypes(*p); !st.ok()) return to_c(st), 0;
+  if (optx::Status st = check_c_params(p); !st.ok()) return to_c(st), 0;
   const optx::GemmParams g = to_params(*p);
-  if (optx::Status st = optx::gemm_detail::validate(g, /*need_data=*/false); !st.ok()) return to_c(st), 0;
-  return optx::gemm_workspace_size(g);
+  const size_t bytes = optx::gemm_workspace_size(g);
+  if (bytes == 0) to_c(optx::gemm_detail::validate(g, /*need_data=*/false));  // only a 0 needs the reason
+  return bytes;
 }
 
 optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes) {
-  if (!p) return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null"));
-  if (optx::Status st = check_dtypes(*p); !st.ok()) return to_c(st);
+  if (optx::Status st = check_c_params(p); !st.ok()) return to_c(st);
   return to_c(optx::gemm(to_params(*p), optx::Workspace{workspace, workspace_bytes}));
 }
 

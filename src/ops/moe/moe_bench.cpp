@@ -2,8 +2,9 @@
 // experts of width 1408, top-6, 2 shared experts (width 2816), bf16 weights packed once.
 // optx against `basic`, what a framework runs: the router (logits GEMM, biased top-k),
 // then a loop over experts: for each expert with tokens, gather its rows, gate/up GEMM,
-// SwiGLU, down GEMM, weighted scatter-add — the same optx GEMMs, no fusion across experts. Routing: uniform (random router), or skewed
-// by a per-expert selection bias calibrated to Zipf (s = 1.2) loads over the expert id.
+// SwiGLU, down GEMM, weighted scatter-add — the same optx GEMMs, no fusion across
+// experts. Routing: uniform (random router), or skewed by a per-expert selection bias
+// calibrated to Zipf (s = 1.2) loads over the expert id.
 // Bytes counted: the weights of the experts the call activates (and the shared ones).
 #include <omp.h>
 
@@ -74,7 +75,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   auto route = [&](int s) {
     const uint16_t* xs = x[size_t(s)].data();
 #pragma omp parallel for num_threads(th) schedule(static)
-    for (int64_t i = 0; i < T * kH; ++i) xf[size_t(i)] = bf16_to_f32(xs[i]);
+    for (int64_t t = 0; t < T; ++t) bench::basic::bf16_to_f32_op(xs + t * kH, xf.data() + t * kH, kH);
     bench::check(gemm(router_gemm, {rws.data(), rws.size()}));
     bench::check(moe_gating_topk({.logits = make_view(logits.data(), DType::kF32, {T, kE}), .bias = bias,
                            .topk_ids = make_view(ids[size_t(s)].data(), DType::kI32, {T, kK}),
