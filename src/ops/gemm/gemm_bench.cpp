@@ -1,7 +1,9 @@
 // `optx bench` rows for gemm, side by side with OpenBLAS and oneDNN in the same run.
 //
 // Compute-bound cases (M = N = K = 2048) are judged against the FMA / bf16-dot peaks;
-// decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only. GEMV weights
+// decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only; M = 4
+// (speculative or small-batch decode) and 16 (MoE experts at prefill) on the same weights
+// against the larger of that transfer and their FLOPs at the peak. GEMV weights
 // rotate among enough packed copies to span bench::dram_working_set() (twice the LLC), so
 // they stream from DRAM rather than from a (virtualised, here 300 MiB) last-level cache.
 #include <algorithm>
@@ -235,6 +237,7 @@ void bench_gemm(bench::Context& ctx) {
   bench_square(ctx, true);
   bench_gemv(ctx, DType::kBF16, 1);
   bench_gemv(ctx, DType::kI8, 1);
+  if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 4);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
   if (!ctx.quick) bench_gemv_unpacked(ctx, false);
   if (!ctx.quick) bench_gemv_unpacked(ctx, true);
