@@ -142,10 +142,10 @@ void kern_one_m(int64_t kc, const float* a, const void* b, float* acc,
 // rows take NV = 4, at most two rows a pass: bf16b_pass4). The first reader's first pass
 // prefetches whole k rows kBf16AheadBytes ahead, in address order; the later passes find
 // the piece in L1 and issue no prefetches, so a piece is kept small (4 KiB, a few hundred
-// ns of work) and the lines
-// already in flight, two pieces ahead, keep memory busy through them (with 32 KiB pieces
-// and the same first-pass prefetch, memory sat idle during the later passes; 16 KiB pieces
-// with each pass asking for its own lines one piece ahead were the answer until stop 26). bf16 from DRAM (a new copy every call), two
+// ns of work) and the lines already in flight, two pieces ahead, keep memory busy through
+// them (with 32 KiB pieces and the same first-pass prefetch, memory sat idle during the
+// later passes; 16 KiB pieces with each pass asking for its own lines one piece ahead
+// were the answer until stop 26). bf16 from DRAM (a new copy every call), two
 // library builds alternating call by call in one process, 16 KiB against 4 KiB pieces:
 // 2816 x 2048, one thread M = 2 / 3 / 4 / 5 / 6 +29 / +19-23 / +7-8 / +17-22 / +5-14%,
 // two threads +23-33 / +25-33 / +20-23 / +47-62 / +33-36%; 2048 x 1408 and 4096 x 4096
