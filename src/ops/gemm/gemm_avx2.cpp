@@ -271,28 +271,27 @@ void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool a
 // each pass reads one line in four of the panel (512 KiB at K = 4096, bf16) and the
 // panel comes from DRAM four times over or is fetched in pieces the prefetchers do not
 // follow. Here each panel's k rows are read whole and in address order (8 accumulators
-// for 64 columns), one panel after the other, as two streams: the first and the second
-// half of the panel's rows in step, each prefetched kAheadBytes ahead. One stream per
-// core read 80% of what an 8-stream read loop does in the same process; two, 88%
-// (4096 x 4096 bf16, 17 rotated copies, 2 threads: 27.6 -> 29.2 GB/s beside the loop's
-// 33-34; four streams the same as two). Row: widens one k row (or bf16 k pair) into the
-// accumulators.
+// for 64 columns), one panel after the other, as four streams: the four quarters of the
+// panel's rows in step, which the hardware prefetchers follow side by side. One stream
+// per core read 80% of what an 8-stream read loop does in the same process, two 88%
+// (4096 x 4096 bf16, 17 rotated copies, 2 threads). Those streams also prefetched 4 KiB
+// ahead in software; without it (stop 35, two builds alternating, from DRAM, 2 threads)
+// bf16 4096 x 4096 +7-9% and +23% in a faster phase, 2816 x 2048 +9%, int8 weights +1-5%,
+// f32 panels +4-26%: with several streams the prefetchers run further ahead than 4 KiB,
+// and the prefetches took L1 miss buffers the loads then waited for. Four streams against
+// two without prefetches: within +-3%; four kept for int8 (64-byte rows), which lost 2-5%
+// at two. Row: widens one k row (or bf16 k pair) into the accumulators.
 template <class Row>
 OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int64_t step, int64_t row_bytes, Row row) {
+  constexpr int kStreams = 4;
   for (int p = 0; p < 4; ++p) {
     __m256 c[8];
     for (auto& x : c) x = _mm256_setzero_ps();
     const char* b = static_cast<const char*>(g.b[p]);
-    const int64_t rows = (g.kc + step - 1) / step, half = rows / 2;
-    for (int64_t i = 0; i < half; ++i) {
-      const char* lo = b + i * row_bytes;
-      const char* hi = lo + half * row_bytes;
-      for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(lo + kAheadBytes + l, _MM_HINT_T0);
-      for (int64_t l = 0; l < row_bytes; l += 64) _mm_prefetch(hi + kAheadBytes + l, _MM_HINT_T0);
-      row(lo, i * step, c);
-      row(hi, (half + i) * step, c);
-    }
-    if (rows % 2) row(b + (rows - 1) * row_bytes, (rows - 1) * step, c);
+    const int64_t rows = (g.kc + step - 1) / step, part = rows / kStreams;
+    for (int64_t i = 0; i < part; ++i)
+      for (int s = 0; s < kStreams; ++s) row(b + (s * part + i) * row_bytes, (s * part + i) * step, c);
+    for (int64_t i = kStreams * part; i < rows; ++i) row(b + i * row_bytes, i * step, c);
     for (int i = 0; i < 8; ++i) _mm256_storeu_ps(g.acc + p * kNR + 8 * i, c[i]);
   }
 }
