@@ -419,7 +419,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // Two and three rows on bf16 packed weights: two panels per call, two DRAM streams
     // (with SwiGLU: gate j and up j, one output per call). Serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
-    // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%.
+    // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
+    // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds
+    // alternating, M = 2 / 3 1.17-1.29x / 1.17-1.43x; in L3 1.12-1.16x / 1.23-1.26x. Four
+    // rows that way (32 accumulators) ran 0.79-0.84x and keep the 6-row kernel.
     const Gemv4Fn gemv2 = (mrows == 2 || mrows == 3) && bt == DType::kBF16 && p.packed_b && !use_dp ? kt.gemv2_bf16b[mrows - 2] : nullptr;
     auto run_gemv2 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};

@@ -281,52 +281,62 @@ void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool a
 // and the prefetches took L1 miss buffers the loads then waited for. Four streams against
 // two without prefetches: within +-3%; four kept for int8 (64-byte rows), which lost 2-5%
 // at two. Row: widens one k row (or bf16 k pair) into the accumulators.
-template <class Row>
+// R rows of A against P panels (acc: panel q's rows at acc + q * R * 64).
+template <int R, int P, class Row>
 OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int64_t step, int64_t row_bytes, Row row) {
   constexpr int kStreams = 4;
-  for (int p = 0; p < 4; ++p) {
-    __m256 c[8];
-    for (auto& x : c) x = _mm256_setzero_ps();
+  for (int p = 0; p < P; ++p) {
+    __m256 c[R][8];
+    for (auto& cr : c)
+      for (auto& x : cr) x = _mm256_setzero_ps();
     const char* b = static_cast<const char*>(g.b[p]);
     const int64_t rows = (g.kc + step - 1) / step, part = rows / kStreams;
     for (int64_t i = 0; i < part; ++i)
       for (int s = 0; s < kStreams; ++s) row(b + (s * part + i) * row_bytes, (s * part + i) * step, c);
     for (int64_t i = kStreams * part; i < rows; ++i) row(b + i * row_bytes, i * step, c);
-    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(g.acc + p * kNR + 8 * i, c[i]);
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(g.acc + (p * R + r) * kNR + 8 * i, c[r][i]);
   }
 }
 
 void gemv4_f32(const Gemv4Args& g) {
-  gemv_panels(g, 1, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[8]) {
+  gemv_panels<1, 4>(g, 1, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[1][8]) {
     const __m256 av = _mm256_broadcast_ss(g.a + k * kMR);
     const float* b = reinterpret_cast<const float*>(bk);
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) c[i] = _mm256_fmadd_ps(av, _mm256_load_ps(b + 8 * i), c[i]);
+    for (int i = 0; i < 8; ++i) c[0][i] = _mm256_fmadd_ps(av, _mm256_load_ps(b + 8 * i), c[0][i]);
   });
 }
 
 // A pair row holds one dword (even k | odd k << 16) per column, in column order: the
-// 32-byte piece i is columns 8i .. 8i + 7.
-void gemv4_bf16b(const Gemv4Args& g) {
-  gemv_panels(g, 2, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[8]) {  // k even; odd K reads the zero pad
-    const __m256 a0 = _mm256_broadcast_ss(g.a + k * kMR), a1 = _mm256_broadcast_ss(g.a + (k + 1) * kMR);
+// 32-byte piece i is columns 8i .. 8i + 7. R rows take their A values as broadcasts from
+// memory at each use: 2 or 3 rows hold 16 / 24 accumulators, so some live on the stack,
+// which a weight stream from DRAM has the time for (2 rows do 32 FMAs per 256-byte pair row
+// that takes ~3x as long to arrive).
+template <int R, int P>
+void gemv_bf16b(const Gemv4Args& g) {
+  gemv_panels<R, P>(g, 2, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[R][8]) {  // k even; odd K reads the zero pad
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       __m256 even, odd;
       widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
-      c[i] = _mm256_fmadd_ps(a0, even, c[i]);
-      c[i] = _mm256_fmadd_ps(a1, odd, c[i]);
+#pragma GCC unroll 3
+      for (int r = 0; r < R; ++r) {
+        c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + k * kMR + r), even, c[r][i]);
+        c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + (k + 1) * kMR + r), odd, c[r][i]);
+      }
     }
   });
 }
+void gemv4_bf16b(const Gemv4Args& g) { gemv_bf16b<1, 4>(g); }
 
 void gemv4_i8b(const Gemv4Args& g) {
-  gemv_panels(g, 1, kNR, [&](const char* bk, int64_t k, __m256 (&c)[8]) {
+  gemv_panels<1, 4>(g, 1, kNR, [&](const char* bk, int64_t k, __m256 (&c)[1][8]) {
     const __m256 av = _mm256_broadcast_ss(g.a + k * kMR);
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
       const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bk + 8 * i));
-      c[i] = _mm256_fmadd_ps(av, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), c[i]);
+      c[0][i] = _mm256_fmadd_ps(av, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), c[0][i]);
     }
   });
 }
@@ -661,7 +671,8 @@ namespace optx::gemm_detail {
 const KernelTable& kernels_avx2() {
   static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
                              .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
-                             .gemv4_bf16b = avx2::gemv4_bf16b, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
+                             .gemv4_bf16b = avx2::gemv4_bf16b,
+                             .gemv2_bf16b = {avx2::gemv_bf16b<2, 2>, avx2::gemv_bf16b<3, 2>}, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
                              .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows, .gemv_kn = avx2::gemv_kn,
                              .pack_pairs = avx2::pack_pairs};
   return t;
