@@ -423,15 +423,18 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds
     // alternating, M = 2 / 3 1.17-1.29x / 1.17-1.43x; in L3 1.12-1.16x / 1.23-1.26x. Four
     // rows that way (32 accumulators) ran 0.79-0.84x and keep the 6-row kernel.
-    const Gemv4Fn gemv2 = (mrows == 2 || mrows == 3) && bt == DType::kBF16 && p.packed_b && !use_dp ? kt.gemv2_bf16b[mrows - 2] : nullptr;
+    const Gemv4Fn gemv2 = (mrows != 2 && mrows != 3) || !p.packed_b || use_dp ? nullptr
+                          : bt == DType::kBF16                          ? kt.gemv2_bf16b[mrows - 2]
+                          : bt == DType::kI8                            ? kt.gemv2_i8b[mrows - 2]
+                                                                        : nullptr;
     auto run_gemv2 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};
       gemv2(g);
       if (pl.swiglu) {
-        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr, acc + mrows * kNR, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, packed_scales(j), acc + mrows * kNR, packed_scales(j + up));
       } else {
-        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, nullptr);
-        epilogue_panel(p, pl.n_out, kt, acc + mrows * kNR, row0, mrows, j + 1, nullptr);
+        epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, packed_scales(j));
+        epilogue_panel(p, pl.n_out, kt, acc + mrows * kNR, row0, mrows, j + 1, packed_scales(j + 1));
       }
     };
     // Reduces B panel jb over all of K into dst (mrows x 64). next_jb is the panel this
