@@ -147,9 +147,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   }
 
   size_t off = 0;
-  // acc tiles of >= 6 rows (gemv4: 4 panels x 1 row; gemv2: 2 panels x 3 rows); SwiGLU
+  // acc tiles of >= 12 rows (gemv4: 4 panels x 1 row; gemv2: 2 panels x 6 rows); SwiGLU
   // keeps the up tile right after the gate tile.
-  const size_t acc_bytes = size_t(std::max<int64_t>(pl.mc_ws, 6)) * kNR * sizeof(float);
+  const size_t acc_bytes = size_t(std::max<int64_t>(pl.mc_ws, 12)) * kNR * sizeof(float);
   pl.acc_off = off;
   pl.up_off = off + acc_bytes;
   off = align_up(off + acc_bytes * (pl.swiglu ? 2 : 1));
@@ -422,10 +422,11 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds
     // alternating, M = 2 / 3 1.17-1.29x / 1.17-1.43x; in L3 1.12-1.16x / 1.23-1.26x. Four
-    // rows that way (32 accumulators) ran 0.79-0.84x and keep the 6-row kernel.
-    const Gemv4Fn gemv2 = (mrows != 2 && mrows != 3) || !p.packed_b || use_dp ? nullptr
+    // rows that way (32 accumulators) ran 0.79-0.84x; in passes of two rows over 4 KiB
+    // steps (AVX2 M = 4-6, gemm_avx2.cpp) they gain too.
+    const Gemv4Fn gemv2 = mrows < 2 || mrows > 6 || !p.packed_b || use_dp ? nullptr
                           : bt == DType::kBF16                          ? kt.gemv2_bf16b[mrows - 2]
-                          : bt == DType::kI8                            ? kt.gemv2_i8b[mrows - 2]
+                          : bt == DType::kI8 && mrows <= 3              ? kt.gemv2_i8b[mrows - 2]
                                                                         : nullptr;
     auto run_gemv2 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};

@@ -330,6 +330,60 @@ void gemv_bf16b(const Gemv4Args& g) {
 }
 void gemv4_bf16b(const Gemv4Args& g) { gemv_bf16b<1, 4>(g); }
 
+// Four to six decode rows against two panels in the same four streams: the rows go in
+// passes of two over steps of kStepRows pair rows per stream (4 KiB of the panel, read
+// from DRAM by the first pass and from L1 by the others), each pass's 16 accumulators
+// loaded from and stored back to acc between steps. Against the 6-row kernel's 4 KiB
+// pieces with software prefetches (stop 35, two builds alternating, from DRAM, 2
+// threads): M = 4 / 5 / 6 1.23-1.25x / 1.01-1.05x / 1.18-1.19x; with one copy in L3,
+// M = 4 0.95x. Steps of 2 / 8 KiB within +-3% of 4, 16 KiB 3-8% behind.
+template <int M, int P>
+void gemv_bf16b_passes(const Gemv4Args& g) {
+  constexpr int64_t kStepRows = 4, kRowBytes = kNR * 4;
+  constexpr int kStreams = 4;
+  for (int p = 0; p < P; ++p) {
+    float* acc = g.acc + p * M * kNR;
+    for (int i = 0; i < M * kNR; ++i) acc[i] = 0.0f;
+    const char* b = static_cast<const char*>(g.b[p]);
+    const int64_t rows = (g.kc + 1) / 2, part = rows / kStreams;
+    const auto pass = [&]<int R>(int r0, auto&& each_row) {
+      __m256 c[R][8];
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 8; ++i) c[r][i] = _mm256_loadu_ps(acc + (r0 + r) * kNR + 8 * i);
+      each_row([&](int64_t q) {  // pair row q
+        const char* bk = b + q * kRowBytes;
+        const int64_t k = 2 * q;
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          __m256 even, odd;
+          widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r) {
+            c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + k * kMR + r0 + r), even, c[r][i]);
+            c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + (k + 1) * kMR + r0 + r), odd, c[r][i]);
+          }
+        }
+      });
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(acc + (r0 + r) * kNR + 8 * i, c[r][i]);
+    };
+    const auto all_passes = [&](auto&& each_row) {
+      for (int r0 = 0; r0 + 1 < M; r0 += 2) pass.template operator()<2>(r0, each_row);
+      if constexpr (M % 2) pass.template operator()<1>(M - 1, each_row);
+    };
+    for (int64_t i0 = 0; i0 < part; i0 += kStepRows) {
+      const int64_t i1 = std::min(part, i0 + kStepRows);
+      all_passes([&](auto&& row) {
+        for (int64_t i = i0; i < i1; ++i)
+          for (int s = 0; s < kStreams; ++s) row(s * part + i);
+      });
+    }
+    all_passes([&](auto&& row) {
+      for (int64_t q = kStreams * part; q < rows; ++q) row(q);
+    });
+  }
+}
+
 // int8 weights carry twice the FMAs per byte of bf16: two rows against two panels (16
 // accumulators) from DRAM 1.05-1.12x the 6-row kernel's pieces (two builds alternating,
 // 2 threads); three rows (24, a third on the stack) turned compute-bound, 0.68-0.79x,
@@ -678,7 +732,8 @@ const KernelTable& kernels_avx2() {
   static const KernelTable t{.f32b = avx2::kern_f32, .bf16b = avx2::kern_bf16b, .i8b = avx2::kern_i8b, .bf16dp = nullptr,
                              .epilogue = avx2::epilogue, .gemv4_f32 = avx2::gemv4_f32, .gemv4_i8b = avx2::gemv4_i8b,
                              .gemv4_bf16b = avx2::gemv4_bf16b,
-                             .gemv2_bf16b = {avx2::gemv_bf16b<2, 2>, avx2::gemv_bf16b<3, 2>},
+                             .gemv2_bf16b = {avx2::gemv_bf16b<2, 2>, avx2::gemv_bf16b<3, 2>, avx2::gemv_bf16b_passes<4, 2>,
+                                             avx2::gemv_bf16b_passes<5, 2>, avx2::gemv_bf16b_passes<6, 2>},
                              .gemv2_i8b = {avx2::gemv_i8b<2, 2>, nullptr}, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
                              .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows, .gemv_kn = avx2::gemv_kn,
                              .pack_pairs = avx2::pack_pairs};

@@ -120,9 +120,10 @@ struct KernelTable {
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
   Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;
-  // 2 and 3 rows of A against two bf16 / int8 panels (b[0], b[1]) into acc: panel q's
-  // rows at acc + q * rows * 64 (row stride 64; int8 unscaled). Index: rows - 2. May be null.
-  Gemv4Fn gemv2_bf16b[2] = {nullptr, nullptr};
+  // 2-6 (bf16) or 2-3 (int8) rows of A against two panels (b[0], b[1]) into acc: panel
+  // q's rows at acc + q * rows * 64 (row stride 64; int8 unscaled). Index: rows - 2. Any
+  // entry may be null.
+  Gemv4Fn gemv2_bf16b[5] = {};
   Gemv4Fn gemv2_i8b[2] = {nullptr, nullptr};
   KernelF32Out f32b_out = nullptr;  // optional
   // Optional, both or neither: for ISAs that widen bf16 / i8 weights inside the FMA loop

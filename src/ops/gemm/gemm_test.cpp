@@ -170,7 +170,7 @@ std::vector<Case> edge_cases() {
     }
   // Fused SwiGLU: decode pairs (gemv4 takes two outputs per call, I = 192 leaves one
   // over), vector and AMX row blocks (M > 16, M > 32), K tails, padded C rows.
-  for (auto [M, I, K] : {std::tuple{1, 64, 17}, {1, 192, 100}, {2, 192, 301}, {3, 128, 64}, {7, 64, 1}, {17, 128, 33},
+  for (auto [M, I, K] : {std::tuple{1, 64, 17}, {1, 192, 100}, {2, 192, 301}, {3, 128, 64}, {6, 128, 301}, {7, 64, 1}, {17, 128, 33},
                          {40, 192, 64}, {70, 64, 129}}) {
     for (const auto& t : combos) {
       Case c;
