@@ -313,19 +313,24 @@ void gemv4_f32(const Gemv4Args& g) {
 // memory at each use: 2 or 3 rows hold 16 / 24 accumulators, so some live on the stack,
 // which a weight stream from DRAM has the time for (2 rows do 32 FMAs per 256-byte pair row
 // that takes ~3x as long to arrive).
+// One 64-column pair row bk into R rows' accumulators; a: the rows' A values at its even k.
+template <int R>
+OPTX_ALWAYS_INLINE void fma_pair_row(const char* bk, const float* a, __m256 (&c)[R][8]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    __m256 even, odd;
+    widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) {
+      c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + r), even, c[r][i]);
+      c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + kMR + r), odd, c[r][i]);
+    }
+  }
+}
 template <int R, int P>
 void gemv_bf16b(const Gemv4Args& g) {
   gemv_panels<R, P>(g, 2, kNR * 4, [&](const char* bk, int64_t k, __m256 (&c)[R][8]) {  // k even; odd K reads the zero pad
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      __m256 even, odd;
-      widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
-#pragma GCC unroll 3
-      for (int r = 0; r < R; ++r) {
-        c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + k * kMR + r), even, c[r][i]);
-        c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + (k + 1) * kMR + r), odd, c[r][i]);
-      }
-    }
+    fma_pair_row<R>(bk, g.a + k * kMR, c);
   });
 }
 void gemv4_bf16b(const Gemv4Args& g) { gemv_bf16b<1, 4>(g); }
@@ -350,20 +355,7 @@ void gemv_bf16b_passes(const Gemv4Args& g) {
       __m256 c[R][8];
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < 8; ++i) c[r][i] = _mm256_loadu_ps(acc + (r0 + r) * kNR + 8 * i);
-      each_row([&](int64_t q) {  // pair row q
-        const char* bk = b + q * kRowBytes;
-        const int64_t k = 2 * q;
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) {
-          __m256 even, odd;
-          widen_pairs(_mm256_load_si256(reinterpret_cast<const __m256i*>(bk + 32 * i)), even, odd);
-#pragma GCC unroll 2
-          for (int r = 0; r < R; ++r) {
-            c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + k * kMR + r0 + r), even, c[r][i]);
-            c[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(g.a + (k + 1) * kMR + r0 + r), odd, c[r][i]);
-          }
-        }
-      });
+      each_row([&](int64_t q) { fma_pair_row<R>(b + q * kRowBytes, g.a + 2 * q * kMR + r0, c); });  // pair row q
       for (int r = 0; r < R; ++r)
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(acc + (r0 + r) * kNR + 8 * i, c[r][i]);
     };
