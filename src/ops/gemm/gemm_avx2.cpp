@@ -16,7 +16,8 @@
 namespace optx::gemm_detail::avx2 {
 namespace {
 
-// How far ahead of its loads a decode stream prefetches (see kern_one_m, gemv_panels).
+// How far ahead of its loads a decode stream prefetches (see kern_one_m; gemv_panels does
+// not: see there).
 constexpr int64_t kAheadBytes = 4096;
 
 // Widens 16 columns of the current k (or k-pair) of the sub-panel into two ymm of f32.
@@ -201,9 +202,11 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const int64_t chunk = 2 * kBf16ChunkBytes / (kNR * 4);  // k values, even
   // Up to three rows the pieces alternate between the first and the second half of K (0,
-  // half, 1, half + 1, ...): two streams, as gemv_panels reads. 2816 x 2048 from DRAM, two
-  // threads, alternating with one stream in one process: M = 2 / 3 -4 to -9% / -3 to -5%
-  // time, M = 4 / 5 / 6 +4-6% / +2-5% / +8-9% (those are nearer their compute time).
+  // half, 1, half + 1, ...): two streams. 2816 x 2048 from DRAM, two threads, alternating
+  // with one stream in one process: M = 2 / 3 -4 to -9% / -3 to -5% time, M = 4 / 5 / 6
+  // +4-6% / +2-5% / +8-9% (those are nearer their compute time). Packed decode of 2-6 rows
+  // (bf16) now streams pairs of panels in gemv_bf16b / gemv_bf16b_passes; this path keeps
+  // a lone last panel and the unpacked weights' pair panels.
   const int64_t pieces = std::max<int64_t>(1, (kc + chunk - 1) / chunk), half = M <= 3 ? (pieces + 1) / 2 : 0;
   for (int64_t j = 0; j < pieces; ++j) {
     const int64_t k0 = (half == 0 ? j : j % 2 ? half + j / 2 : j / 2) * chunk;
