@@ -206,7 +206,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   // with one stream in one process: M = 2 / 3 -4 to -9% / -3 to -5% time, M = 4 / 5 / 6
   // +4-6% / +2-5% / +8-9% (those are nearer their compute time). Packed decode of 2-6 rows
   // (bf16) now streams pairs of panels in gemv_bf16b / gemv_bf16b_passes; this path keeps
-  // a lone last panel and the unpacked weights' pair panels.
+  // a thread's lone last panel.
   const int64_t pieces = std::max<int64_t>(1, (kc + chunk - 1) / chunk), half = M <= 3 ? (pieces + 1) / 2 : 0;
   for (int64_t j = 0; j < pieces; ++j) {
     const int64_t k0 = (half == 0 ? j : j % 2 ? half + j / 2 : j / 2) * chunk;
