@@ -284,19 +284,32 @@ void kern_strip_m(int64_t kc, const float* a, const float* b, float* acc, bool a
 // and the prefetches took L1 miss buffers the loads then waited for. Four streams against
 // two without prefetches: within +-3%; four kept for int8 (64-byte rows), which lost 2-5%
 // at two. Row: widens one k row (or bf16 k pair) into the accumulators.
+constexpr int kGemvStreams = 4;
+// Panel rows [0, rows) in the streams' order, visit(q) for row q: for i in [i0, i1) row i
+// of each quarter in turn (the quarters are `part` rows long); tail: the rows % 4 left over
+// after the quarters, in order.
+template <class Visit>
+OPTX_ALWAYS_INLINE void stream_rows(int64_t part, int64_t i0, int64_t i1, Visit&& visit) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int s = 0; s < kGemvStreams; ++s) visit(s * part + i);
+}
+template <class Visit>
+OPTX_ALWAYS_INLINE void stream_tail(int64_t part, int64_t rows, Visit&& visit) {
+  for (int64_t q = kGemvStreams * part; q < rows; ++q) visit(q);
+}
+
 // R rows of A against P panels (acc: panel q's rows at acc + q * R * 64).
 template <int R, int P, class Row>
 OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int64_t step, int64_t row_bytes, Row row) {
-  constexpr int kStreams = 4;
   for (int p = 0; p < P; ++p) {
     __m256 c[R][8];
     for (auto& cr : c)
       for (auto& x : cr) x = _mm256_setzero_ps();
     const char* b = static_cast<const char*>(g.b[p]);
-    const int64_t rows = (g.kc + step - 1) / step, part = rows / kStreams;
-    for (int64_t i = 0; i < part; ++i)
-      for (int s = 0; s < kStreams; ++s) row(b + (s * part + i) * row_bytes, (s * part + i) * step, c);
-    for (int64_t i = kStreams * part; i < rows; ++i) row(b + i * row_bytes, i * step, c);
+    const int64_t rows = (g.kc + step - 1) / step, part = rows / kGemvStreams;
+    const auto visit = [&](int64_t q) { row(b + q * row_bytes, q * step, c); };
+    stream_rows(part, 0, part, visit);
+    stream_tail(part, rows, visit);
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 8; ++i) _mm256_storeu_ps(g.acc + (p * R + r) * kNR + 8 * i, c[r][i]);
   }
@@ -311,12 +324,12 @@ void gemv4_f32(const Gemv4Args& g) {
   });
 }
 
-// A pair row holds one dword (even k | odd k << 16) per column, in column order: the
-// 32-byte piece i is columns 8i .. 8i + 7. R rows take their A values as broadcasts from
+// One 64-column pair row bk into R rows' accumulators; a: the rows' A values at its even
+// k. A pair row holds one dword (even k | odd k << 16) per column, in column order: the
+// 32-byte piece i is columns 8i .. 8i + 7. The rows take their A values as broadcasts from
 // memory at each use: 2 or 3 rows hold 16 / 24 accumulators, so some live on the stack,
-// which a weight stream from DRAM has the time for (2 rows do 32 FMAs per 256-byte pair row
-// that takes ~3x as long to arrive).
-// One 64-column pair row bk into R rows' accumulators; a: the rows' A values at its even k.
+// which a weight stream from DRAM has the time for (2 rows do 32 FMAs per 256-byte pair
+// row that takes ~3x as long to arrive).
 template <int R>
 OPTX_ALWAYS_INLINE void fma_pair_row(const char* bk, const float* a, __m256 (&c)[R][8]) {
 #pragma GCC unroll 8
@@ -348,12 +361,11 @@ void gemv4_bf16b(const Gemv4Args& g) { gemv_bf16b<1, 4>(g); }
 template <int M, int P>
 void gemv_bf16b_passes(const Gemv4Args& g) {
   constexpr int64_t kStepRows = 4, kRowBytes = kNR * 4;
-  constexpr int kStreams = 4;
   for (int p = 0; p < P; ++p) {
     float* acc = g.acc + p * M * kNR;
     for (int i = 0; i < M * kNR; ++i) acc[i] = 0.0f;
     const char* b = static_cast<const char*>(g.b[p]);
-    const int64_t rows = (g.kc + 1) / 2, part = rows / kStreams;
+    const int64_t rows = (g.kc + 1) / 2, part = rows / kGemvStreams;
     const auto pass = [&]<int R>(int r0, auto&& each_row) {
       __m256 c[R][8];
       for (int r = 0; r < R; ++r)
@@ -368,14 +380,9 @@ void gemv_bf16b_passes(const Gemv4Args& g) {
     };
     for (int64_t i0 = 0; i0 < part; i0 += kStepRows) {
       const int64_t i1 = std::min(part, i0 + kStepRows);
-      all_passes([&](auto&& row) {
-        for (int64_t i = i0; i < i1; ++i)
-          for (int s = 0; s < kStreams; ++s) row(s * part + i);
-      });
+      all_passes([&](auto&& row) { stream_rows(part, i0, i1, row); });
     }
-    all_passes([&](auto&& row) {
-      for (int64_t q = kStreams * part; q < rows; ++q) row(q);
-    });
+    all_passes([&](auto&& row) { stream_tail(part, rows, row); });
   }
 }
 

@@ -124,7 +124,7 @@ struct KernelTable {
   // q's rows at acc + q * rows * 64 (row stride 64; int8 unscaled). Index: rows - 2. Any
   // entry may be null.
   Gemv4Fn gemv2_bf16b[5] = {};
-  Gemv4Fn gemv2_i8b[2] = {nullptr, nullptr};
+  Gemv4Fn gemv2_i8b[2] = {};
   KernelF32Out f32b_out = nullptr;  // optional
   // Optional, both or neither: for ISAs that widen bf16 / i8 weights inside the FMA loop
   // (no dot-product instruction) and whose L1 does not hold a whole f32 K block beside A.
