@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 #include <utility>
 
@@ -147,9 +148,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   }
 
   size_t off = 0;
-  // acc tiles of >= 12 rows (gemv4: 4 panels x 1 row; gemv2: 2 panels x 6 rows); SwiGLU
-  // keeps the up tile right after the gate tile.
-  const size_t acc_bytes = size_t(std::max<int64_t>(pl.mc_ws, 12)) * kNR * sizeof(float);
+  // acc tiles of >= 2 kGemv2MaxRows rows (gemv4: 4 panels x 1 row; gemv2: 2 panels x up
+  // to kGemv2MaxRows rows); SwiGLU keeps the up tile right after the gate tile.
+  const size_t acc_bytes = size_t(std::max<int64_t>(pl.mc_ws, 2 * kGemv2MaxRows)) * kNR * sizeof(float);
   pl.acc_off = off;
   pl.up_off = off + acc_bytes;
   off = align_up(off + acc_bytes * (pl.swiglu ? 2 : 1));
@@ -424,10 +425,13 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // alternating, M = 2 / 3 1.17-1.29x / 1.17-1.43x; in L3 1.12-1.16x / 1.23-1.26x. Four
     // rows that way (32 accumulators) ran 0.79-0.84x; in passes of two rows over 4 KiB
     // steps (AVX2 M = 4-6, gemm_avx2.cpp) they gain too.
-    const Gemv4Fn gemv2 = mrows < 2 || mrows > 6 || !p.packed_b || use_dp ? nullptr
-                          : bt == DType::kBF16                          ? kt.gemv2_bf16b[mrows - 2]
-                          : bt == DType::kI8 && mrows <= 3              ? kt.gemv2_i8b[mrows - 2]
-                                                                        : nullptr;
+    const auto by_rows = [&](const auto& fns) -> Gemv4Fn {
+      return mrows >= 2 && size_t(mrows - 2) < std::size(fns) ? fns[mrows - 2] : nullptr;
+    };
+    const Gemv4Fn gemv2 = !p.packed_b || use_dp ? nullptr
+                          : bt == DType::kBF16  ? by_rows(kt.gemv2_bf16b)
+                          : bt == DType::kI8    ? by_rows(kt.gemv2_i8b)
+                                                : nullptr;
     auto run_gemv2 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {p.packed_b->panel(j), p.packed_b->panel(j + (pl.swiglu ? up : 1))}, .acc = acc};
       gemv2(g);

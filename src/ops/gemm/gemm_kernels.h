@@ -104,6 +104,8 @@ struct GemvRowsArgs {
   float* acc;     // m x kNR
 };
 
+inline constexpr int kGemv2MaxRows = 6;  // rows of the two-panel decode kernels (KernelTable)
+
 struct KernelTable {
   KernelF32A f32b;      // B f32   [kc][64]
   KernelF32A bf16b;     // B bf16  [kc/2][64][2]
@@ -120,10 +122,10 @@ struct KernelTable {
                     bool accumulate) = nullptr;
   void (*amx_release)() = nullptr;  // frees the calling thread's tile state
   Gemv4Fn gemv4_f32 = nullptr, gemv4_i8b = nullptr, gemv4_bf16b = nullptr;
-  // 2-6 (bf16) or 2-3 (int8) rows of A against two panels (b[0], b[1]) into acc: panel
-  // q's rows at acc + q * rows * 64 (row stride 64; int8 unscaled). Index: rows - 2. Any
-  // entry may be null.
-  Gemv4Fn gemv2_bf16b[5] = {};
+  // 2 to kGemv2MaxRows (bf16) or 2-3 (int8) rows of A against two panels (b[0], b[1])
+  // into acc: panel q's rows at acc + q * rows * 64 (row stride 64; int8 unscaled). Index:
+  // rows - 2. Any entry may be null.
+  Gemv4Fn gemv2_bf16b[kGemv2MaxRows - 1] = {};
   Gemv4Fn gemv2_i8b[2] = {};
   KernelF32Out f32b_out = nullptr;  // optional
   // Optional, both or neither: for ISAs that widen bf16 / i8 weights inside the FMA loop
