@@ -33,6 +33,9 @@ namespace optx {
 // what the AVX2 strip kernel reads (32 KiB L1D: a 16 KiB strip stays in L1 for all the
 // row slices), same bytes per panel.
 // Panels are contiguous, so a thread streaming a range of panels reads one sequential run.
+// One built by hand (bytes packed once, stored, mapped back) must keep pack_weights'
+// k_padded and panel_bytes for its dtype and k, with data 64-byte aligned: the ops check
+// both, since the kernels read whole panels with aligned vector loads.
 struct PackedMatrix {
   DType dtype = DType::kF32;
   int64_t n = 0, k = 0;

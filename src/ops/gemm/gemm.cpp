@@ -827,6 +827,7 @@ Status validate(const GemmParams& p, bool need_data) {
                    dtype_name(bt), ": the strip layout is f32 only (0: panels)");
     if (bt == DType::kI8 && !p.packed_b->scales && N > 0)
       return Error(StatusCode::kInvalidArgument, kOp, ": packed_b is i8 but has no scales");
+    OPTX_RETURN_IF_ERROR(check_packed_layout(kOp, "packed_b", *p.packed_b));
   } else {
     const TensorView& b = p.b;
     if (b.rank != 2) return Error(StatusCode::kInvalidArgument, kOp, ": b.rank=", b.rank, " but must be 2 ([N, K] or [K, N])");

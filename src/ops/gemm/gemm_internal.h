@@ -17,6 +17,11 @@ void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
 // The packed layout of an N x K matrix of dtype (no data): K padded to whole AMX k-steps
 // for bf16 so tile loads never leave a panel; strip_kc > 0 (f32): the strip layout.
 PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc = 0);
+// A packed matrix the caller built (weights packed once and stored, then mapped back):
+// its k_padded and panel_bytes must be packed_layout's for its dtype, n and k, and data
+// kAlign-aligned, since the kernels read k rows inside each k_padded-row panel with
+// aligned vector loads. Errors name op and the argument `name`.
+Status check_packed_layout(const char* op, const char* name, const PackedMatrix& m);
 // One K block of kc rows of a strip-layout f32 panel (four [kc][16] strips at src) as a
 // [kc][64] panel block at dst: for kernels that do not run strips.
 void strips_to_panel(const float* src, int64_t kc, float* dst);

@@ -63,6 +63,17 @@ PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc) 
   return m;
 }
 
+Status check_packed_layout(const char* op, const char* name, const PackedMatrix& m) {
+  const PackedMatrix want = packed_layout(m.dtype, m.n, m.k, m.strip_kc);
+  if (m.k_padded != want.k_padded || m.panel_bytes != want.panel_bytes)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " has k_padded=", m.k_padded, " and panel_bytes=", m.panel_bytes,
+                 " but a ", dtype_name(m.dtype), " matrix with k=", m.k, " packs as k_padded=", want.k_padded,
+                 " and panel_bytes=", want.panel_bytes, " (pack_weights' layout)");
+  if (reinterpret_cast<uintptr_t>(m.data) % kAlign != 0)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, "->data=", m.data, " is not ", kAlign, "-byte aligned");
+  return Status::Ok();
+}
+
 void pack_scales(const TensorView& scales, int64_t j, float* dst) {
   const int64_t N = scales.sizes[0];
   const float* s = static_cast<const float*>(scales.data);

@@ -569,6 +569,41 @@ TEST_F(BadInput, StripLayoutOnlyForF32) {
   m.strip_kc = -1;
   expect_error(p, "packed_b->strip_kc=-1");
 }
+// Found by a fuzz sweep: a PackedMatrix built by hand (weights packed once, stored and
+// mapped back) with k past its panels' k_padded read past the last panel, and one whose
+// data was not 64-byte aligned faulted on the kernels' aligned loads. Its layout fields
+// must be pack_weights'; the same bytes at another aligned address give the same C.
+TEST_F(BadInput, HandBuiltPackedMatrix) {
+  std::vector<uint16_t> w(5 * 8);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(0.25f * float(i % 7) - 0.5f);
+  PackedWeights pw;
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kBF16, {5, 8})}, &pw).ok());
+  const PackedMatrix& orig = pw[0];
+  const size_t bytes = size_t(orig.panel_bytes * orig.n_panels());
+  std::vector<uint8_t> store(bytes + 2 * kAlign);
+  uint8_t* aligned = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(store.data())));
+  std::memcpy(aligned, orig.data, bytes);
+  PackedMatrix m = orig;
+  m.data = aligned;
+  auto p = good();
+  p.b = {};
+  std::vector<uint8_t> ws(1 << 20);
+  p.packed_b = &orig;
+  ASSERT_TRUE(gemm(p, {ws.data(), ws.size()}).ok());
+  const std::vector<float> want = c;
+  std::fill(c.begin(), c.end(), std::nanf(""));
+  p.packed_b = &m;
+  ASSERT_TRUE(gemm(p, {ws.data(), ws.size()}).ok());
+  EXPECT_EQ(std::memcmp(c.data(), want.data(), want.size() * sizeof(float)), 0);
+  m.k_padded = 8;  // bf16 pads K to 32
+  expect_error(p, "packed_b has k_padded=8 and panel_bytes=4096 but a bf16 matrix with k=8 packs as k_padded=32 and panel_bytes=4096");
+  m = orig, m.data = aligned, m.panel_bytes /= 2;
+  expect_error(p, "panel_bytes=2048");
+  m = orig, m.data = aligned, m.k = 40;  // past the 32 rows each panel holds
+  expect_error(p, "with k=40 packs as k_padded=64");
+  m = orig, m.data = aligned + 16;
+  expect_error(p, "is not 64-byte aligned");
+}
 TEST_F(BadInput, PackWeightsArguments) {
   PackedWeights pw;
   Status st = pack_weights({.w = make_view(nullptr, DType::kF32, {5, 8})}, &pw);

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 
+#include "ops/gemm/gemm_internal.h"
 #include "ops/moe/moe_internal.h"
 
 namespace optx {
@@ -100,6 +101,7 @@ Status validate(const MoeForwardParams& p, bool need_data) {
     if (p.packed_router->k != H)
       return Error(StatusCode::kInvalidArgument, op, ": packed_router has K=", p.packed_router->k, " but x has H=", H);
     if (need_data && !p.packed_router->data) return Error(StatusCode::kInvalidArgument, op, ": packed_router->data is null");
+    OPTX_RETURN_IF_ERROR(gemm_detail::check_packed_layout(op, "packed_router", *p.packed_router));
   } else {
     OPTX_RETURN_IF_ERROR(check_view(op, "router", p.router, need_data));
     if (p.router.rank != 2 || p.router.dtype != DType::kF32 || p.router.sizes[1] != H)

@@ -1182,6 +1182,11 @@ TEST(MoeBadInput, ForwardChecksItsOwnArgumentsFirst) {
   p.router = {};
   p.packed_router = &no_data;
   EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: packed_router->data is null"));
+  PackedMatrix unaligned = Wr[0];
+  unaligned.data = static_cast<const uint8_t*>(Wr[0].data) + 4;
+  p.packed_router = &unaligned;
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "is not 64-byte aligned"));
+  EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: packed_router->data="));
   // Experts and hidden size past what gating and finalize keep on the stack: named here,
   // not by the inner op.
   {
