@@ -35,7 +35,9 @@ namespace optx {
 // Panels are contiguous, so a thread streaming a range of panels reads one sequential run.
 // One built by hand (bytes packed once, stored, mapped back) must keep pack_weights'
 // k_padded and panel_bytes for its dtype and k, with data 64-byte aligned: the ops check
-// both, since the kernels read whole panels with aligned vector loads.
+// both, since the kernels read whole panels with aligned vector loads. n_panels() panels
+// must lie behind data (and n_panels() * 64 scales behind scales, i8): the struct holds no
+// byte count, so that part is the caller's.
 struct PackedMatrix {
   DType dtype = DType::kF32;
   int64_t n = 0, k = 0;
