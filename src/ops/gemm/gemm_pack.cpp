@@ -64,6 +64,10 @@ PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc) 
 }
 
 Status check_packed_layout(const char* op, const char* name, const PackedMatrix& m) {
+  // Bounded first: packed_layout rounds k up and multiplies, which would wrap past 2^62.
+  if (m.n < 0 || m.k < 0 || m.n > kMaxViewElements || m.k > kMaxViewElements)
+    return Error(StatusCode::kInvalidArgument, op, ": ", name, " has n=", m.n, " and k=", m.k, "; each must be in [0, 2^",
+                 kMaxViewLog2, "]");
   const PackedMatrix want = packed_layout(m.dtype, m.n, m.k, m.strip_kc);
   if (m.k_padded != want.k_padded || m.panel_bytes != want.panel_bytes)
     return Error(StatusCode::kInvalidArgument, op, ": ", name, " has k_padded=", m.k_padded, " and panel_bytes=", m.panel_bytes,

@@ -603,6 +603,10 @@ TEST_F(BadInput, HandBuiltPackedMatrix) {
   expect_error(p, "with k=40 packs as k_padded=64");
   m = orig, m.data = aligned + 16;
   expect_error(p, "is not 64-byte aligned");
+  m = orig, m.data = aligned, m.k = INT64_MAX;  // rounding k up to 32 would overflow
+  expect_error(p, "packed_b has n=5 and k=9223372036854775807; each must be in [0, 2^");
+  m = orig, m.data = aligned, m.n = -1;
+  expect_error(p, "packed_b has n=-1");
 }
 TEST_F(BadInput, PackWeightsArguments) {
   PackedWeights pw;
