@@ -126,6 +126,82 @@ TEST(Views, CheckDisjointFindsOverlappingOutputs) {
   EXPECT_FALSE(check_disjoint("op", "t", make_view(x, DType::kF32, {2, 2, 4}, {8, 5, 1})).ok());
 }
 
+// views_overlap against the bytes each view covers: it may never miss a shared byte, and
+// for row views with one row stride (the cases ops rely on to accept slices of one
+// buffer) it must also never report one that is not there.
+TEST(Views, OverlapMatchesTheBytesTheViewsCover) {
+  std::vector<float> buf(96);
+  uint32_t seed = 12345;
+  auto rnd = [&](int n) { seed = seed * 1664525u + 1013904223u; return int((seed >> 8) % uint32_t(n)); };
+  auto bytes = [&](const TensorView& t) {
+    std::vector<uint8_t> m(buf.size() * 4, 0);
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t off = 0, r = i;
+      for (int d = t.rank - 1; d >= 0; --d) { off += (r % t.sizes[d]) * t.strides[d]; r /= t.sizes[d]; }
+      const int64_t b = (static_cast<float*>(t.data) - buf.data() + off) * 4;
+      for (int k = 0; k < 4; ++k) m[size_t(b + k)] = 1;
+    }
+    return m;
+  };
+  int exact_cases = 0, hits = 0;
+  for (int it = 0; it < 4000; ++it) {
+    TensorView v[2];
+    const int ld = 1 + rnd(12);  // shared row stride for the first dim half of the time
+    for (auto& t : v) {
+      const int rank = 1 + rnd(3);
+      int64_t sizes[3], strides[3];
+      for (int d = 0; d < rank; ++d) sizes[d] = 1 + rnd(4);
+      if (rnd(2)) {  // dense inner dims, as ops' row views
+        int64_t inner = 1;
+        for (int d = rank - 1; d >= 1; --d) { strides[d] = inner; inner *= sizes[d]; }
+        strides[0] = rnd(2) ? ld : rnd(14);
+      } else {
+        for (int d = 0; d < rank; ++d) strides[d] = rnd(9);
+      }
+      int64_t last = 0;
+      for (int d = 0; d < rank; ++d) last += (sizes[d] - 1) * strides[d];
+      const int off = rnd(int(buf.size() - last));
+      t.data = buf.data() + off;
+      t.rank = rank;
+      for (int d = 0; d < rank; ++d) { t.sizes[d] = sizes[d]; t.strides[d] = strides[d]; }
+    }
+    const auto a = bytes(v[0]), b = bytes(v[1]);
+    bool shared = false;
+    for (size_t i = 0; i < a.size() && !shared; ++i) shared = a[i] && b[i];
+    const bool got = views_overlap(v[0], v[1]);
+    ASSERT_EQ(got, views_overlap(v[1], v[0])) << it;
+    if (shared) {
+      ASSERT_TRUE(got) << "missed a shared byte, case " << it;
+    }
+    bool dense = true;
+    for (const auto& t : v)
+      for (int d = t.rank - 1, inner = 1; d >= 1; inner *= int(t.sizes[d]), --d) dense &= t.sizes[d] == 1 || t.strides[d] == inner;
+    if (dense && (v[0].sizes[0] == 1 || v[1].sizes[0] == 1 || v[0].strides[0] == v[1].strides[0])) {
+      ++exact_cases;
+      ASSERT_EQ(got, shared) << "case " << it;
+    }
+    hits += shared;
+  }
+  EXPECT_GT(exact_cases, 500);  // the generator reaches both kinds of case
+  EXPECT_GT(hits, 500);
+  EXPECT_LT(hits, 3500);
+  const TensorView none;
+  EXPECT_FALSE(views_overlap(none, make_view(buf.data(), DType::kF32, {4})));
+}
+
+TEST(Views, CheckApartNamesBothArguments) {
+  std::vector<float> buf(64);
+  const TensorView qkv = make_view(buf.data(), DType::kF32, {4, 16});
+  const TensorView q = make_view(buf.data(), DType::kF32, {4, 8}, {16, 1});
+  const TensorView k = make_view(buf.data() + 8, DType::kF32, {4, 4}, {16, 1});
+  const TensorView v = make_view(buf.data() + 12, DType::kF32, {4, 4}, {16, 1});
+  EXPECT_TRUE(check_apart("op", {{"q", q}, {"k", k}}, {{"v", v}}).ok());  // column slices of one buffer
+  EXPECT_EQ(check_apart("op", {{"q", q}, {"qkv", qkv}}, {}).message(), "op: q and qkv overlap (outputs must not share memory)");
+  EXPECT_EQ(check_apart("op", {{"k", k}}, {{"v", v}, {"qkv", qkv}}).message(),
+            "op: k overlaps qkv (an output must not share memory with an input)");
+}
+
 TEST(Cpu, FeatureImplications) {
   const CpuFeatures& f = cpu_features();
   if (f.avx512_bf16) {

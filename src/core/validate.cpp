@@ -1,6 +1,8 @@
 // View checks shared by every op (see validate.h).
 #include "core/validate.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -62,6 +64,71 @@ Status check_disjoint(const char* op, const char* name, const TensorView& t) {
       return Error(StatusCode::kInvalidArgument, op, ": ", name, ".strides[", d, "]=", t.strides[d],
                    " makes elements overlap (it must exceed ", span, ", the span of the dims with smaller strides)");
     span += (t.sizes[d] - 1) * t.strides[d];  // no overflow after check_view
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A view as rows: `rows` runs of `row` bytes, `ld` bytes apart (one run if rows == 1).
+struct Rows {
+  int64_t rows, ld, row;
+};
+
+bool as_rows(const TensorView& t, Rows* r) {
+  const int64_t es = int64_t(dtype_size(t.dtype));
+  if (t.rank == 0) {
+    *r = {1, 0, es};
+    return true;
+  }
+  int64_t inner = 1;  // dims 1.. must be dense
+  for (int d = t.rank - 1; d >= 1; --d) {
+    if (t.sizes[d] > 1 && t.strides[d] != inner) return false;
+    inner *= t.sizes[d];
+  }
+  *r = {t.sizes[0], t.sizes[0] > 1 ? t.strides[0] * es : 0, inner * es};
+  if (r->rows > 1 && r->ld == r->row) *r = {1, 0, r->rows * r->row};  // dense: one run
+  return true;
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+int64_t span_bytes(const TensorView& t) {
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  return (last + 1) * int64_t(dtype_size(t.dtype));
+}
+
+}  // namespace
+
+bool views_overlap(const TensorView& a, const TensorView& b) {
+  if (a.empty() || b.empty() || a.numel() == 0 || b.numel() == 0) return false;
+  // b's first byte minus a's (views are within 2^48 bytes, so the difference of two
+  // addresses of one process does not overflow).
+  const int64_t d = int64_t(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));
+  Rows ra, rb;
+  if (as_rows(a, &ra) && as_rows(b, &rb) && (ra.rows == 1 || rb.rows == 1 || ra.ld == rb.ld)) {
+    // Row i of a starts at i*ld, row j of b at d + j*ld: they meet when x = d + (j - i)*ld
+    // lies in (-rb.row, ra.row). x grows with k = j - i, so the first k past the lower
+    // bound decides.
+    const int64_t ld = ra.rows > 1 ? ra.ld : rb.ld;
+    const int64_t k_min = -(ra.rows - 1), k_max = rb.rows - 1;
+    if (ld == 0 || k_min == k_max) return d > -rb.row && d < ra.row;
+    const int64_t k = std::max(k_min, floor_div(-rb.row - d, ld) + 1);
+    return k <= k_max && d + k * ld < ra.row;
+  }
+  return d < span_bytes(a) && -d < span_bytes(b);
+}
+
+Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (auto p = o + 1; p != outputs.end(); ++p)
+      if (views_overlap(o->t, p->t))
+        return Error(StatusCode::kInvalidArgument, op, ": ", o->name, " and ", p->name, " overlap (outputs must not share memory)");
+    for (const NamedView& in : inputs)
+      if (views_overlap(o->t, in.t))
+        return Error(StatusCode::kInvalidArgument, op, ": ", o->name, " overlaps ", in.name,
+                     " (an output must not share memory with an input)");
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "optx/status.h"
 #include "optx/tensor.h"
@@ -26,6 +27,24 @@ Status check_view(const char* op, const char* name, const TensorView& t, bool ne
 // different elements never race. Sufficient test: with the dims of size > 1 in order of
 // stride, each stride exceeds the span of the dims inside it.
 Status check_disjoint(const char* op, const char* name, const TensorView& t);
+
+// Whether two checked views may share a byte. Exact when each view's dims after the first
+// are dense (rows of a buffer, also column slices of one buffer: k and v heads of a fused
+// qkv row, or the halves of a [T, 2H] buffer, with one row stride); otherwise by the byte
+// spans from first to last element, which may also report views that only interleave.
+bool views_overlap(const TensorView& a, const TensorView& b);
+
+// A named argument of check_apart.
+struct NamedView {
+  const char* name;
+  const TensorView& t;
+};
+
+// Each output shares no byte with another output or with an input (empty views skipped):
+// outputs are written by several threads while the inputs, index tensors among them, are
+// still being read, so an overlap would race or read what was already written (an index
+// overwritten after its check could address outside the output). The error names both.
+Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
 
 // A paged cache's tables: block_tables i32 [B, max_blocks] with contiguous, non-overlapping
 // rows (B < 0: taken from block_tables), seq_lens contiguous i32 [B], block_size >= 1;
