@@ -4,7 +4,8 @@
 // aligned, on 2 MiB transparent huge pages where the OS grants them). Token slot s of a
 // plane is row s of a [num_blocks * block_size, row] tensor; a sequence's position p lives
 // in slot block_table[p / block_size] * block_size + p % block_size. Slot -1 means "do
-// not write" in every op that takes slots.
+// not write" in every op that takes slots; a slot named by two tokens of one call holds
+// the later token's row, as if the tokens were written one by one in order.
 #pragma once
 
 #include <cstdint>
@@ -91,7 +92,7 @@ class KvSequence {
 struct KvCacheWriteParams {
   TensorView k;         // [T, row] f32 | bf16, unit column stride; may be empty
   TensorView v;         // [T, row], dtype of k; may be empty
-  TensorView slots;     // [T] i32 | i64: slot, or -1 to skip; slots must be distinct
+  TensorView slots;     // [T] i32 | i64: slot, or -1 to skip; a repeated slot keeps the later token's row
   TensorView k_cache;   // [num_slots, row] dtype of k, or i8
   TensorView v_cache;   // [num_slots, row]
   TensorView k_scales;  // [num_slots] f32 for an i8 k_cache, else empty

@@ -68,14 +68,54 @@ Status check_cache_scales(const char* op, const TensorView& cache, const TensorV
 // cores ran at one speed, 0.63-0.92x when one lagged.
 // The same for every op of the family: tokens, or for a gather output rows (a range finds
 // its first sequence by a scan of seq_lens).
-inline int64_t items(const MlaArgs& a) { return a.T; }
-inline int64_t items(const QkvArgs& a) { return a.T; }
-inline int64_t items(const WriteArgs& a) { return a.T; }
-inline int64_t items(const GatherArgs& a) { return a.total; }
+//
+// A slot named by two tokens gets the later token's row, as in the reference's token
+// order: tokens go in chunks of kSlotChunk, in order; a chunk whose slots repeat runs on
+// this thread one token per kernel call (the lockstep kernels interleave two tokens, and
+// each call ends with the fence that orders its streaming stores before the next
+// token's), any other chunk is split across threads. Left to the threads, a repeated slot
+// got a row torn between two tokens (an i8 row's scale from the other one). The check
+// costs a hash probe per token against a row copy per token.
+constexpr int64_t kSlotChunk = 2048;
+
+// Whether two tokens of [t0, t1) (at most kSlotChunk) name one slot (-1 aside): open
+// addressing in a table on the stack, so the op allocates nothing.
+template <class A>
+bool repeats_slot(const A& a, int64_t t0, int64_t t1) {
+  int64_t table[2 * kSlotChunk];
+  int bits = 1;
+  while ((int64_t(1) << bits) < 2 * (t1 - t0)) ++bits;
+  const uint64_t mask = (uint64_t(1) << bits) - 1;
+  std::fill(table, table + mask + 1, int64_t(-1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t s = a.slot(t);
+    if (s < 0) continue;
+    for (uint64_t h = (uint64_t(s) * 0x9E3779B97F4A7C15ull) >> (64 - bits);; h = (h + 1) & mask) {
+      if (table[h] == s) return true;
+      if (table[h] < 0) {
+        table[h] = s;
+        break;
+      }
+    }
+  }
+  return false;
+}
+
 template <class A, void (*Kernels::*Member)(const A&, int64_t, int64_t), const Kernels& (*K)()>
 Status run_tokens(const A& a) {
   const auto fn = K().*Member;
-  parallel_chunks(items(a), 32, 4, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
+  if constexpr (std::is_same_v<A, GatherArgs>) {
+    parallel_chunks(a.total, 32, 4, [&](int64_t t0, int64_t t1) { fn(a, t0, t1); });
+  } else {
+    for (int64_t c0 = 0; c0 < a.T; c0 += kSlotChunk) {
+      const int64_t c1 = std::min(a.T, c0 + kSlotChunk);
+      if (repeats_slot(a, c0, c1)) {
+        for (int64_t t = c0; t < c1; ++t) fn(a, t, t + 1);
+      } else {
+        parallel_chunks(c1 - c0, 32, 4, [&](int64_t t0, int64_t t1) { fn(a, c0 + t0, c0 + t1); });
+      }
+    }
+  }
   return Status::Ok();
 }
 
@@ -127,7 +167,8 @@ Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
     }
     OPTX_RETURN_IF_ERROR(check_rows(op, src, sn, T, row));
     if (src.dtype != first.dtype)
-      return Error(StatusCode::kInvalidArgument, op, ": ", sn, ".dtype=", dtype_name(src.dtype), " but k.dtype=", dtype_name(first.dtype));
+      return Error(StatusCode::kInvalidArgument, op, ": ", sn, ".dtype=", dtype_name(src.dtype), " but ", first_name, ".dtype=",
+                   dtype_name(first.dtype));
     OPTX_RETURN_IF_ERROR(check_rows(op, cache, cn, -1, row));
     if (cache.dtype != src.dtype && cache.dtype != DType::kI8)
       return Error(StatusCode::kInvalidArgument, op, ": ", cn, ".dtype=", dtype_name(cache.dtype), " must be ",
@@ -142,6 +183,8 @@ Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
   if (!p.k_cache.empty() && !p.v_cache.empty() && p.v_cache.sizes[0] != num_slots)
     return Error(StatusCode::kInvalidArgument, op, ": k_cache has ", num_slots, " slots but v_cache ", p.v_cache.sizes[0]);
   OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, num_slots));
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"k_cache", p.k_cache}, {"v_cache", p.v_cache}, {"k_scales", p.k_scales}, {"v_scales", p.v_scales}},
+                                   {{"k", p.k}, {"v", p.v}, {"slots", p.slots}}));
   a->slots = p.slots.data;
   a->slots64 = p.slots.dtype == DType::kI64;
   // (in double: T * row can be near the views' element bound)
@@ -205,9 +248,14 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
         return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales_out" : "k_scales_out",
                      " must be contiguous f32 [", total, "] for an i8 cache");
       o.scales = static_cast<float*>(so.data);
+    } else if (!(w ? p.v_scales_out : p.k_scales_out).empty()) {
+      return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales_out" : "k_scales_out", " given but the cache is ",
+                   dtype_name(cache.dtype));
     }
   }
-  return Status::Ok();
+  return check_apart(op, {{"k_out", p.k_out}, {"v_out", p.v_out}, {"k_scales_out", p.k_scales_out}, {"v_scales_out", p.v_scales_out}},
+                     {{"k_cache", p.k_cache}, {"v_cache", p.v_cache}, {"k_scales", p.k_scales}, {"v_scales", p.v_scales},
+                      {"block_tables", bt}, {"seq_lens", sl}});
 }
 
 Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
@@ -250,6 +298,9 @@ Status to_args(const KvRmsNormRopeCacheParams& p, MlaArgs* a) {
   a->i8 = i8;
   OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, p.cache.sizes[0]));
   OPTX_RETURN_IF_ERROR(rope_detail::table_args(op, p.positions, p.cos, p.sin, rd, p.style, T, &a->rope));
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"cache", p.cache}, {"cache_scales", p.cache_scales}, {"rope_cache", p.rope_cache}},
+                                   {{"kv", kv}, {"weight", p.weight}, {"positions", p.positions}, {"cos", p.cos}, {"sin", p.sin},
+                                    {"slots", p.slots}}));
   a->T = T;
   a->rank = rank;
   a->rope_dim = rd;
@@ -307,6 +358,8 @@ Status to_args(const QkvRopeCacheParams& p, QkvArgs* a) {
   if (p.k_cache.sizes[0] != p.v_cache.sizes[0])
     return Error(StatusCode::kInvalidArgument, op, ": k_cache has ", p.k_cache.sizes[0], " slots but v_cache ", p.v_cache.sizes[0]);
   OPTX_RETURN_IF_ERROR(check_slots(op, p.slots, T, p.k_cache.sizes[0]));
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"q_out", q}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache}},
+                                   {{"qkv", x}, {"positions", p.positions}, {"cos", p.cos}, {"sin", p.sin}, {"slots", p.slots}}));
   a->T = T;
   a->hq = p.q_heads;
   a->hkv = p.kv_heads;

@@ -57,6 +57,30 @@ TEST(KvPool, AllocateReleaseAndFullPool) {
   EXPECT_NE(KvBlockPool::create({.num_blocks = 0, .row = 4}, &bad).message().find("num_blocks=0"), std::string::npos);
 }
 
+TEST(KvPool, MovedFromPoolIsEmpty) {
+  KvBlockPool a;
+  ASSERT_TRUE(KvBlockPool::create({.num_blocks = 4, .block_size = 2, .row = 3, .planes = 1}, &a).ok());
+  int32_t b[2];
+  ASSERT_TRUE(a.allocate(2, b).ok());
+  KvBlockPool moved(std::move(a));
+  // The moved-from pool owns nothing: it hands out no blocks, takes none back (it once
+  // indexed its emptied in-use table here), and gives no views.
+  EXPECT_EQ(a.num_slots(), 0);
+  EXPECT_EQ(a.free_blocks(), 0);
+  EXPECT_TRUE(a.plane(0).empty());
+  const Status r = a.release(b, 1);
+  EXPECT_NE(r.message().find("is not an allocated block of this pool"), std::string::npos) << r.message();
+  EXPECT_EQ(a.allocate(1, b + 1).code(), StatusCode::kOutOfMemory);
+  // The new owner still knows which blocks are out.
+  EXPECT_EQ(moved.free_blocks(), 2);
+  ASSERT_TRUE(moved.release(b, 2).ok());
+  EXPECT_EQ(moved.free_blocks(), 4);
+  KvBlockPool assigned;
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.num_slots(), 8);
+  EXPECT_EQ(moved.num_slots(), 0);
+}
+
 TEST(KvPool, SequencesSpanManyBlocks) {
   KvBlockPool pool;
   ASSERT_TRUE(KvBlockPool::create({.num_blocks = 40, .block_size = 16, .row = 8, .planes = 1}, &pool).ok());
@@ -585,6 +609,63 @@ TEST(QkvRopeCache, EveryImplementationMatchesReference) {
           }
 }
 
+// A slot named twice keeps the later token's row, with every implementation and at two
+// threads, whether the repeats fall in one thread's tokens, in two threads', or in two
+// chunks of the op's duplicate check (T = 2100 > 2048); once they raced.
+TEST(KvCacheFusedWrites, RepeatedSlotsKeepTheLaterToken) {
+  set_num_threads(2);
+  for (int64_t T : {24, 97, 2100}) {
+    for (const auto* impl : mla_registry().runnable())
+      for (bool i8 : {false, true}) {
+        testutil::MlaCase c;
+        c.dtype = DType::kBF16, c.rank = 16, c.rope_dim = 8, c.T = T, c.num_slots = 40, c.i8 = i8, c.repeat = true;
+        const auto o = testutil::run_mla(*impl, c, uint64_t(T));
+        ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+        EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+      }
+    for (const auto* impl : qkv_registry().runnable()) {
+      testutil::QkvCase c;
+      c.dtype = DType::kF32, c.hq = 2, c.hkv = 1, c.d = 16, c.T = T, c.num_slots = 40, c.repeat = true;
+      const auto o = testutil::run_qkv(*impl, c, uint64_t(T));
+      ASSERT_TRUE(o.status.ok()) << impl->name << " " << c.name() << ": " << o.status.message();
+      EXPECT_TRUE(o.cmp.pass) << impl->name << " " << c.name() << ": " << o.cmp.message;
+    }
+    // kv_cache_write: bitwise the reference's (its copies and quantiser give the same bits
+    // in every unit), f32 rows into an f32 k plane and an i8 v plane.
+    const int64_t row = 24, S = 40;
+    testing::Rng rng{uint64_t(T)};
+    std::vector<float> k(size_t(T * row)), v(size_t(T * row));
+    for (auto& x : k) x = rng.uniform(-4, 4);
+    for (auto& x : v) x = rng.uniform(-4, 4);
+    const std::vector<int64_t> slots = testutil::make_slots(T, S, rng, /*repeat=*/true);
+    auto write = [&](const dispatch::Impl<WriteFn>& impl) {
+      std::vector<float> kc(size_t(S * row), -7.0f), vs(size_t(S), -1.0f);
+      std::vector<int8_t> vc(size_t(S * row), 99);
+      WriteArgs a;
+      EXPECT_TRUE(to_args(KvCacheWriteParams{.k = make_view(k.data(), DType::kF32, {T, row}), .v = make_view(v.data(), DType::kF32, {T, row}),
+                                             .slots = make_view(const_cast<int64_t*>(slots.data()), DType::kI64, {T}),
+                                             .k_cache = make_view(kc.data(), DType::kF32, {S, row}),
+                                             .v_cache = make_view(vc.data(), DType::kI8, {S, row}),
+                                             .v_scales = make_view(vs.data(), DType::kF32, {S})},
+                          &a)
+                      .ok());
+      a.stream = true;  // the streaming stores too (by default only for large writes)
+      EXPECT_TRUE(impl.fn(a).ok());
+      return std::tuple{kc, vc, vs};
+    };
+    const auto want = write(*write_registry().find("reference"));
+    // The reference itself: each written slot holds its last token's k row.
+    const std::vector<bool> is_last = testutil::last_writers(slots, S);
+    for (int64_t t = 0; t < T; ++t) {
+      if (is_last[size_t(t)]) {
+        ASSERT_EQ(std::memcmp(std::get<0>(want).data() + slots[size_t(t)] * row, k.data() + t * row, row * sizeof(float)), 0) << t;
+      }
+    }
+    for (const auto* impl : write_registry().runnable()) EXPECT_TRUE(write(*impl) == want) << impl->name << " T=" << T;
+  }
+  set_num_threads(0);
+}
+
 // The unfused first half of an MLA cache write with implementation `impl`, in place on
 // bf16 rows [T, rank + rd]: rms_norm over the latent, then interleaved rope on k_pe.
 void unfused_norm_rope(const char* impl, uint16_t* rows, const uint16_t* w, const int32_t* pos, int64_t T, int64_t rank,
@@ -857,6 +938,88 @@ TEST(KvCacheBadInput, EmptyI8CallsMixedCachesAndHeadMajorQ) {
       for (int64_t i = 0; i < d; ++i) EXPECT_EQ(q_hm[size_t(h * T * d + t * d + i)], q_tm[size_t((t * hq + h) * d + i)]);
   q.q_out = make_view(q_hm.data(), DType::kF32, {T, hq, d}, {d, 2, 1});  // heads overlap
   EXPECT_NE(qkv_rope_cache(q).message().find("qkv_rope_cache: q_out.strides"), std::string::npos) << qkv_rope_cache(q).message();
+}
+
+// Found by review: index tensors inside an output were checked, then overwritten and read
+// again (a slot or table entry could then address outside the cache), and outputs sharing
+// memory (k_cache = v_cache, scales of both planes in one array) raced. Each is an error
+// naming both arguments, with nothing written; slices of one buffer that do not touch
+// stay accepted.
+TEST(KvCacheBadInput, OverlapsOfOutputsAndIndexTensors) {
+  const int64_t T = 2, row = 8, S = 8;
+  std::vector<float> k(T * row, 1.0f), cache(S * row + 64, 0.0f), cache2(S * row, 0.0f);
+  std::vector<int32_t> slots = {0, 1};
+  KvCacheWriteParams p{.k = make_view(k.data(), DType::kF32, {T, row}), .v = make_view(k.data(), DType::kF32, {T, row}),
+                       .slots = make_view(slots.data(), DType::kI32, {T}),
+                       .k_cache = make_view(cache.data(), DType::kF32, {S, row}), .v_cache = make_view(cache.data(), DType::kF32, {S, row})};
+  EXPECT_EQ(kv_cache_write(p).message(), "kv_cache_write: k_cache and v_cache overlap (outputs must not share memory)");
+  // Slots stored in the cache's last row: slot 0's row written first would rewrite them.
+  int32_t* in_cache = reinterpret_cast<int32_t*>(cache.data() + (S - 1) * row);
+  in_cache[0] = 0, in_cache[1] = 1;
+  p.v = {}, p.v_cache = {};
+  p.slots = make_view(in_cache, DType::kI32, {T});
+  EXPECT_EQ(kv_cache_write(p).message(), "kv_cache_write: k_cache overlaps slots (an output must not share memory with an input)");
+  // The halves of one [S, 2 * row] buffer are apart: k and v planes side by side.
+  p.slots = make_view(slots.data(), DType::kI32, {T});
+  p.v = p.k;
+  p.k_cache = make_view(cache.data(), DType::kF32, {S / 2, row}, {2 * row, 1});
+  p.v_cache = make_view(cache.data() + row, DType::kF32, {S / 2, row}, {2 * row, 1});
+  EXPECT_TRUE(kv_cache_write(p).ok()) << kv_cache_write(p).message();
+  // i8 planes whose scales share one array.
+  std::vector<int8_t> c8(S * row), v8(S * row);
+  std::vector<float> sc(S);
+  const KvCacheWriteParams shared{.k = p.k, .v = p.k, .slots = p.slots, .k_cache = make_view(c8.data(), DType::kI8, {S, row}),
+                                  .v_cache = make_view(v8.data(), DType::kI8, {S, row}),
+                                  .k_scales = make_view(sc.data(), DType::kF32, {S}), .v_scales = make_view(sc.data(), DType::kF32, {S})};
+  EXPECT_EQ(kv_cache_write(shared).message(), "kv_cache_write: k_scales and v_scales overlap (outputs must not share memory)");
+
+  // gather: the block table inside the output it addresses.
+  std::vector<int32_t> lens = {2};
+  std::vector<float> out(2 * row + 8);
+  int32_t* table_in_out = reinterpret_cast<int32_t*>(out.data() + row);
+  table_in_out[0] = 0;
+  GatherKvParams g{.k_cache = make_view(cache2.data(), DType::kF32, {S, row}), .block_tables = make_view(table_in_out, DType::kI32, {1, 1}),
+                   .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 4,
+                   .k_out = make_view(out.data(), DType::kF32, {2, row})};
+  EXPECT_EQ(gather_pa_kv_cache(g).message(), "gather_pa_kv_cache: k_out overlaps block_tables (an output must not share memory with an input)");
+  g.block_tables = make_view(slots.data(), DType::kI32, {1, 1});
+  g.k_out = make_view(cache2.data(), DType::kF32, {2, row});  // the output inside the cache it reads
+  EXPECT_EQ(gather_pa_kv_cache(g).message(), "gather_pa_kv_cache: k_out overlaps k_cache (an output must not share memory with an input)");
+  g.k_out = make_view(out.data(), DType::kF32, {2, row});
+  g.k_scales_out = make_view(sc.data(), DType::kF32, {2});
+  EXPECT_EQ(gather_pa_kv_cache(g).message(), "gather_pa_kv_cache: k_scales_out given but the cache is f32");
+
+  // MLA: positions inside the cache.
+  std::vector<float> kv(T * 10, 0.5f), w(8, 1.0f), mcache(S * 10, 0.0f);
+  RopeTable table;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 2, .max_positions = 4}, &table).ok());
+  int32_t* pos_in_cache = reinterpret_cast<int32_t*>(mcache.data() + 7 * 10);
+  pos_in_cache[0] = 0, pos_in_cache[1] = 1;
+  std::vector<int32_t> pos = {0, 1};
+  KvRmsNormRopeCacheParams m{.kv = make_view(kv.data(), DType::kF32, {T, 10}), .weight = make_view(w.data(), DType::kF32, {8}),
+                             .positions = make_view(pos_in_cache, DType::kI32, {T}), .cos = table.cos(), .sin = table.sin(),
+                             .slots = make_view(slots.data(), DType::kI32, {T}), .cache = make_view(mcache.data(), DType::kF32, {S, 10}),
+                             .kv_lora_rank = 8};
+  EXPECT_EQ(kv_rms_norm_rope_cache(m).message(),
+            "kv_rms_norm_rope_cache: cache overlaps positions (an output must not share memory with an input)");
+  m.positions = make_view(pos.data(), DType::kI32, {T});
+  EXPECT_TRUE(kv_rms_norm_rope_cache(m).ok());
+
+  // qkv_rope_cache: one cache for k and v, and q_out over the qkv rows it reads.
+  const int64_t d = 4, W = 3 * d;
+  RopeTable t4;
+  ASSERT_TRUE(RopeTable::build({.rotary_dim = 4, .max_positions = 4}, &t4).ok());
+  std::vector<float> qkv(T * W, 0.25f), kc(S * d), vc(S * d), q(T * d);
+  QkvRopeCacheParams x{.qkv = make_view(qkv.data(), DType::kF32, {T, W}), .q_heads = 1, .kv_heads = 1, .head_dim = d,
+                       .positions = make_view(pos.data(), DType::kI32, {T}), .cos = t4.cos(), .sin = t4.sin(),
+                       .slots = make_view(slots.data(), DType::kI32, {T}), .k_cache = make_view(kc.data(), DType::kF32, {S, d}),
+                       .v_cache = make_view(kc.data(), DType::kF32, {S, d}), .q_out = make_view(q.data(), DType::kF32, {T, 1, d})};
+  EXPECT_EQ(qkv_rope_cache(x).message(), "qkv_rope_cache: k_cache and v_cache overlap (outputs must not share memory)");
+  x.v_cache = make_view(vc.data(), DType::kF32, {S, d});
+  x.q_out = make_view(qkv.data() + d, DType::kF32, {T, 1, d}, {W, d, 1});  // over the k heads
+  EXPECT_EQ(qkv_rope_cache(x).message(), "qkv_rope_cache: q_out overlaps qkv (an output must not share memory with an input)");
+  x.q_out = make_view(q.data(), DType::kF32, {T, 1, d});
+  EXPECT_TRUE(qkv_rope_cache(x).ok());
 }
 
 // Inputs a fuzz sweep found crashing, wrapping or writing out of bounds: each must be an

@@ -1,7 +1,7 @@
 // Case runners shared by kv_cache_test.cpp and `optx verify` for the fused cache writes:
-// random inputs, random distinct slots (some -1), one implementation, then every written
-// cache row and q_out row compared with the definitions evaluated here in double; rows of
-// skipped slots must stay untouched.
+// random inputs, random slots (some -1; distinct, or repeating, where the later token's
+// row must win), one implementation, then every written cache row and q_out row compared
+// with the definitions evaluated here in double; rows of skipped slots must stay untouched.
 #pragma once
 
 #include <algorithm>
@@ -30,14 +30,31 @@ struct Typed {  // storage in f32 or bf16 with exact double values
   }
 };
 
-// Distinct slots for T tokens in [0, num_slots), every fifth -1.
-inline std::vector<int64_t> make_slots(int64_t T, int64_t num_slots, testing::Rng& rng) {
+// Slots for T tokens in [0, num_slots), every fifth -1; distinct, or with `repeat` drawn
+// independently (so slots recur, always once T exceeds num_slots).
+inline std::vector<int64_t> make_slots(int64_t T, int64_t num_slots, testing::Rng& rng, bool repeat = false) {
+  if (repeat) {
+    std::vector<int64_t> s(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) s[size_t(t)] = t % 5 == 3 ? -1 : rng.below(num_slots);
+    return s;
+  }
   std::vector<int64_t> all(static_cast<size_t>(num_slots));
   for (int64_t i = 0; i < num_slots; ++i) all[size_t(i)] = i;
   for (int64_t i = num_slots - 1; i > 0; --i) std::swap(all[size_t(i)], all[size_t(rng.below(i + 1))]);
   std::vector<int64_t> s(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) s[size_t(t)] = t % 5 == 3 ? -1 : all[size_t(t)];
   return s;
+}
+
+// Whether token t is the last to name its slot (the row the cache must hold).
+inline std::vector<bool> last_writers(const std::vector<int64_t>& slots, int64_t num_slots) {
+  std::vector<int64_t> last(static_cast<size_t>(num_slots), -1);
+  for (size_t t = 0; t < slots.size(); ++t)
+    if (slots[t] >= 0) last[size_t(slots[t])] = int64_t(t);
+  std::vector<bool> is_last(slots.size(), false);
+  for (int64_t l : last)
+    if (l >= 0) is_last[size_t(l)] = true;
+  return is_last;
 }
 
 inline void rotate_ref(const double* x, const float* c, const float* s, int64_t d, RopeStyle st, double* y, double* mag) {
@@ -59,9 +76,10 @@ struct MlaCase {
   RopeStyle style = RopeStyle::kInterleaved;
   bool pos64 = false;
   bool i8 = false;  // i8 latent cache + scales, rope part in rope_cache
+  bool repeat = false;  // slots recur (make_slots)
   std::string name() const {
     std::ostringstream os;
-    os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << " T=" << T << " rank=" << rank << " rope_dim=" << rope_dim
+    os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << (repeat ? " repeat" : "") << " T=" << T << " rank=" << rank << " rope_dim=" << rope_dim
        << " slots=" << num_slots << " style=" << int(style) << " pos=" << (pos64 ? "i64" : "i32");
     return os.str();
   }
@@ -91,7 +109,8 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
   for (size_t i = 0; i < kv.f.size() + kv.h.size(); ++i) kv.set(i, rng.uniform(-3.0f, 3.0f));
   for (int64_t i = 0; i < c.rank; ++i) w.set(size_t(i), rng.uniform(0.5f, 1.5f));
   for (size_t i = 0; i < cache.f.size() + cache.h.size(); ++i) cache.set(i, 1024.0f);  // sentinel
-  const std::vector<int64_t> slots = make_slots(c.T, c.num_slots, rng);
+  const std::vector<int64_t> slots = make_slots(c.T, c.num_slots, rng, c.repeat);
+  const std::vector<bool> is_last = last_writers(slots, c.num_slots);
   std::vector<int32_t> s32(slots.begin(), slots.end()), p32(static_cast<size_t>(std::max<int64_t>(c.T, 1)));
   std::vector<int64_t> p64(p32.size());
   for (int64_t t = 0; t < c.T; ++t) p64[size_t(t)] = p32[size_t(t)] = int32_t(rng.below(300));
@@ -119,7 +138,7 @@ inline Outcome run_mla(const dispatch::Impl<MlaFn>& impl, const MlaCase& c, uint
   std::vector<double> x(static_cast<size_t>(c.rope_dim)), yv(x.size()), mag(x.size());
   for (int64_t t = 0; t < c.T; ++t) {
     const int64_t slot = slots[size_t(t)];
-    if (slot < 0) continue;
+    if (!is_last[size_t(t)]) continue;
     written[size_t(slot)] = true;
     double ss = 0;
     for (int64_t i = 0; i < c.rank; ++i) ss += kv.get(size_t(t * W + i)) * kv.get(size_t(t * W + i));
@@ -162,9 +181,10 @@ struct QkvCase {
   RopeStyle style = RopeStyle::kHalf;
   bool stream_q = false;  // non-temporal stores for q_out (by default only for >= simd::kStreamMinBytes)
   bool pos64 = false;     // i64 positions (and i32 slots) instead of i32 positions and i64 slots
+  bool repeat = false;    // slots recur (make_slots)
   std::string name() const {
     std::ostringstream os;
-    os << "dtype=" << dtype_name(dtype) << " T=" << T << " Hq=" << hq << " Hkv=" << hkv << " D=" << d
+    os << "dtype=" << dtype_name(dtype) << (repeat ? " repeat" : "") << " T=" << T << " Hq=" << hq << " Hkv=" << hkv << " D=" << d
        << " rotary_dim=" << (rotary_dim ? rotary_dim : d) << " slots=" << num_slots << " style=" << int(style)
        << " stream_q=" << stream_q << " pos=" << (pos64 ? "i64" : "i32");
     return os.str();
@@ -183,7 +203,8 @@ inline Outcome run_qkv(const dispatch::Impl<QkvFn>& impl, const QkvCase& c, uint
   for (size_t i = 0; i < qkv.f.size() + qkv.h.size(); ++i) qkv.set(i, rng.uniform(-2.0f, 2.0f));
   for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, 512.0f), vc.set(i, 512.0f);  // sentinels exact in bf16
   for (size_t i = 0; i < q.f.size() + q.h.size(); ++i) q.set(i, NAN);
-  const std::vector<int64_t> slots = make_slots(c.T, c.num_slots, rng);
+  const std::vector<int64_t> slots = make_slots(c.T, c.num_slots, rng, c.repeat);
+  const std::vector<bool> is_last = last_writers(slots, c.num_slots);
   std::vector<int32_t> pos(static_cast<size_t>(std::max<int64_t>(c.T, 1))), s32(slots.begin(), slots.end());
   for (int64_t t = 0; t < c.T; ++t) pos[size_t(t)] = int32_t(rng.below(500));
   std::vector<int64_t> p64(pos.begin(), pos.end());
@@ -220,7 +241,7 @@ inline Outcome run_qkv(const dispatch::Impl<QkvFn>& impl, const QkvCase& c, uint
   for (int64_t t = 0; t < c.T; ++t) {
     for (int64_t h = 0; h < c.hq; ++h) head(t * W + h * c.d, true, q, (t * c.hq + h) * c.d, pos[size_t(t)]);
     const int64_t slot = slots[size_t(t)];
-    if (slot < 0) continue;
+    if (!is_last[size_t(t)]) continue;
     written[size_t(slot)] = true;
     for (int64_t h = 0; h < c.hkv; ++h) {
       head(t * W + (c.hq + h) * c.d, true, kc, slot * kvw + h * c.d, pos[size_t(t)]);

@@ -60,7 +60,13 @@ KvBlockPool& KvBlockPool::operator=(KvBlockPool&& o) noexcept {
     scale_bytes_ = o.scale_bytes_;
     free_ = std::move(o.free_);
     in_use_ = std::move(o.in_use_);
+    // The moved-from pool becomes an empty one: its config must not still promise blocks
+    // that release() would look up in the (now empty) in-use table.
     o.storage_ = nullptr;
+    o.cfg_.num_blocks = 0;
+    o.plane_bytes_ = o.scale_bytes_ = 0;
+    o.free_.clear();
+    o.in_use_.clear();
   }
   return *this;
 }
@@ -97,7 +103,7 @@ Status KvBlockPool::release(const int32_t* blocks, int64_t n) {
   if (n > 0 && !blocks) return Error(StatusCode::kInvalidArgument, "kv_pool.release: blocks is null (n=", n, ")");
   // First pass marks (1 -> 2) so an id repeated in the call is caught before anything is freed.
   for (int64_t i = 0; i < n; ++i) {
-    const bool ok = blocks[i] >= 0 && blocks[i] < cfg_.num_blocks && in_use_[size_t(blocks[i])] == 1;
+    const bool ok = blocks[i] >= 0 && size_t(blocks[i]) < in_use_.size() && in_use_[size_t(blocks[i])] == 1;
     if (!ok) {
       for (int64_t j = 0; j < i; ++j) in_use_[size_t(blocks[j])] = 1;
       return Error(StatusCode::kInvalidArgument, "kv_pool.release: blocks[", i, "]=", blocks[i],

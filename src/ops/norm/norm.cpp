@@ -34,33 +34,11 @@ Status check_matrix(const char* op, const TensorView& t, const char* name, int64
   return Status::Ok();
 }
 
-// Whether two [T, H] views with unit column stride (after check_matrix) share a byte.
-// With one row stride the rows are compared (the column halves of one [T, 2H] buffer
-// are apart); otherwise their spans from first to last byte.
-bool overlap(const TensorView& a, const TensorView& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const int64_t es = int64_t(dtype_size(a.dtype)), row = a.sizes[1] * es;
-  const int64_t d = int64_t(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));  // b's start - a's
-  const int64_t T = a.sizes[0];
-  if (a.strides[0] == b.strides[0] && T > 1) {
-    // Rows r1 of a and r2 of b meet when |d + (r2 - r1) * ld| < row: try the row offsets
-    // (within +-(T - 1)) nearest to -d / ld.
-    const int64_t ld = a.strides[0] * es;
-    const int64_t q = -d / ld;
-    for (int64_t dr : {q - 1, q, q + 1})
-      if (dr > -T && dr < T && std::abs(d + dr * ld) < row) return true;
-    return false;
-  }
-  const int64_t a_span = ((a.sizes[0] - 1) * a.strides[0] + a.sizes[1]) * es;
-  const int64_t b_span = ((b.sizes[0] - 1) * b.strides[0] + b.sizes[1]) * es;
-  return d < a_span && -d < b_span;
-}
-
 // `dst`, written row by row as `src` is read, must be src itself (same data and row
 // stride: each row is read before it is written) or apart: a shifted overlap would read
 // rows already written.
 Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name) {
-  if (overlap(dst, src) && (dst.data != src.data || (src.sizes[0] > 1 && dst.strides[0] != src.strides[0])))
+  if (views_overlap(dst, src) && (dst.data != src.data || (src.sizes[0] > 1 && dst.strides[0] != src.strides[0])))
     return Error(StatusCode::kInvalidArgument, op, ": ", dst_name, " overlaps ", src_name, " without being ", src_name,
                  " itself (same data and strides)");
   return Status::Ok();
@@ -84,6 +62,7 @@ Status check_common(const char* op, const TensorView& x, const TensorView& w, co
   if (H > 1 && w.strides[0] != 1)
     return Error(StatusCode::kInvalidArgument, op, ": weight.strides[0]=", w.strides[0], " but must be 1");
   if (H > 0 && !w.data) return Error(StatusCode::kInvalidArgument, op, ": weight.data is null");
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"out", out}}, {{"weight", w}}));  // rows written while weight is still read
   // eps = inf would turn every output into 0 without a word.
   if (!(eps >= 0.0f) || std::isinf(eps)) return Error(StatusCode::kInvalidArgument, op, ": eps=", eps, " must be finite and >= 0");
   r->T = T;
@@ -153,9 +132,10 @@ Status to_rows(const AddRmsNormParams& p, Rows* r) {
   constexpr const char* op = "add_rms_norm";
   OPTX_RETURN_IF_ERROR(check_common(op, p.x, p.weight, p.out, p.eps, r));
   OPTX_RETURN_IF_ERROR(check_matrix(op, p.residual, "residual", r->T, r->H, p.x.dtype));
-  if (overlap(p.residual, p.out))
+  if (views_overlap(p.residual, p.out))
     return Error(StatusCode::kInvalidArgument, op, ": out overlaps residual; residual must keep the sum (out may alias x)");
   OPTX_RETURN_IF_ERROR(in_place_or_apart(op, p.residual, "residual", p.x, "x"));
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"residual", p.residual}}, {{"weight", p.weight}}));
   r->residual = p.residual.data;
   r->ldr = p.residual.strides[0];
   return Status::Ok();

@@ -175,6 +175,16 @@ TEST_F(NormBadInput, WrappingStridesAndPartialOverlaps) {
   p = good();
   p.out = p.x;  // in place stays legal
   EXPECT_TRUE(add_rms_norm(p).ok());
+  // Found by review: out or residual over weight was accepted, and rows written before
+  // later rows read the weight.
+  p = good();
+  p.weight = make_view(o.data() + 8, DType::kF32, {8});
+  expect(p, "out overlaps weight (an output must not share memory with an input)");
+  p = good();
+  p.weight = make_view(r.data(), DType::kF32, {8});
+  expect(p, "residual overlaps weight");
+  const Status st2 = rms_norm({.x = p.x, .weight = make_view(o.data(), DType::kF32, {8}), .out = make_view(o.data(), DType::kF32, {4, 8})});
+  EXPECT_EQ(st2.message(), "rms_norm: out overlaps weight (an output must not share memory with an input)");
   p = good();
   p.residual = make_view(x.data() + 4, DType::kF32, {4, 8});  // x's rows shifted half a row
   p.residual.sizes[0] = 3, p.x.sizes[0] = 3, p.out.sizes[0] = 3;

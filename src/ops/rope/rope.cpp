@@ -104,11 +104,13 @@ Status table_args(const char* op, const TensorView& positions, const TensorView&
 
 Status to_args(const RopeParams& p, Args* a) {
   const TensorView& first = p.q.empty() ? p.k : p.q;
+  const char* first_name = p.q.empty() ? "k" : "q";
   if (first.empty()) return Error(StatusCode::kInvalidArgument, kOp, ": q and k are both empty");
   if (first.dtype != DType::kF32 && first.dtype != DType::kBF16)
-    return Error(StatusCode::kInvalidArgument, kOp, ": q.dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
-  OPTX_RETURN_IF_ERROR(check_view(kOp, p.q.empty() ? "k" : "q", first));
-  if (first.rank < 1) return Error(StatusCode::kInvalidArgument, kOp, ": q.rank=", first.rank, " but must be 3");
+    return Error(StatusCode::kInvalidArgument, kOp, ": ", first_name, ".dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
+  OPTX_RETURN_IF_ERROR(check_view(kOp, first_name, first));
+  if (first.rank < 1)
+    return Error(StatusCode::kInvalidArgument, kOp, ": ", first_name, ".rank=", first.rank, " but must be 3");
   const int64_t T = first.sizes[0];
   const int64_t D = first.rank == 3 ? first.sizes[2] : 0;
   const int64_t rd = p.rotary_dim == 0 ? D : p.rotary_dim;
@@ -117,6 +119,8 @@ Status to_args(const RopeParams& p, Args* a) {
   a->bf16 = first.dtype == DType::kBF16;
   OPTX_RETURN_IF_ERROR(head_set(p.q, "q", T, first.dtype, rd, p.rotary_offset, &a->q));
   OPTX_RETURN_IF_ERROR(head_set(p.k, "k", T, first.dtype, rd, p.rotary_offset, &a->k));
+  // q and k are rotated in place by several threads; positions are read after rows are written.
+  OPTX_RETURN_IF_ERROR(check_apart(kOp, {{"q", p.q}, {"k", p.k}}, {{"positions", p.positions}, {"cos", p.cos}, {"sin", p.sin}}));
   a->rotary_offset = p.rotary_offset;
   return Status::Ok();
 }

@@ -229,6 +229,27 @@ TEST(Rope, BadInputs) {
   RopeTable bad;
   EXPECT_FALSE(RopeTable::build({.rotary_dim = 3}, &bad).ok());
 
+  // Found by review: k over q (both rotated in place, by several threads) and positions
+  // inside q (read again after rows were rotated) were accepted; the message named q for
+  // a k-only call.
+  b = p;
+  b.k = p.q;
+  expect(b, "q and k overlap (outputs must not share memory)");
+  std::fill(q.begin(), q.end(), 0.0f);  // positions 0 as i32 bits
+  b = p;
+  b.positions = make_view(q.data() + 8, DType::kI32, {2});
+  expect(b, "q overlaps positions (an output must not share memory with an input)");
+  b = p;
+  b.k = p.q, b.q = {};
+  b.k.dtype = DType::kI8;
+  expect(b, "k.dtype=i8 but must be f32 or bf16");
+  // q and k heads side by side in one fused row stay legal.
+  std::vector<float> qk(2 * 3 * 8, 0.5f);
+  b = p;
+  b.q = make_view(qk.data(), DType::kF32, {2, 2, 8}, {24, 8, 1});
+  b.k = make_view(qk.data() + 16, DType::kF32, {2, 1, 8}, {24, 8, 1});
+  EXPECT_TRUE(rope(b).ok()) << rope(b).message();
+
   // Found by a fuzz sweep: an offset near INT64_MAX wrapped offset + rotary_dim and rotated
   // memory before q; zero strides had threads rotating one element twice; a table the
   // size limits allowed (2^26 x 512) threw std::bad_alloc out of build; non-finite yarn
