@@ -732,11 +732,18 @@ const Kernels& kernels_reference() {
 }
 
 // One kernel table per ISA serves every attention op; each op keeps its own registry so
-// OPTX_IMPL can force one op's implementation.
-dispatch::Registry<KernelsFn> make_registry(const char* op) {
+// OPTX_IMPL can force one op's implementation. Flash prefill puts `avx512` (the GEMM
+// prefill, bf16 widened to f32 for FMAs) before `avx512_bf16` (vdpbf16ps) where that
+// instruction does half the FMA's FLOPs, as the GEMM family does: S = 4096, 16 heads,
+// causal, two threads (Sapphire Rapids class without AMX, one run, alternating): see the
+// README's performance notes. Decode keeps `avx512_bf16` first: its few-row kernels are
+// the unit's own.
+dispatch::Registry<KernelsFn> make_registry(const char* op, bool widen_first = false) {
+  const dispatch::Impl<KernelsFn> widen{"avx512", Isa::kAvx512, kernels_avx512};
+  const dispatch::Impl<KernelsFn> dot{"avx512_bf16", Isa::kAvx512Bf16, kernels_avx512_bf16};
   return dispatch::Registry<KernelsFn>(op, {{"amx", Isa::kAmx, kernels_amx},
-                                            {"avx512_bf16", Isa::kAvx512Bf16, kernels_avx512_bf16},
-                                            {"avx512", Isa::kAvx512, kernels_avx512},
+                                            widen_first ? widen : dot,
+                                            widen_first ? dot : widen,
                                             {"avx2", Isa::kAvx2, kernels_avx2},
                                             {"scalar", Isa::kScalar, kernels_scalar},
                                             {"reference", Isa::kScalar, kernels_reference}});
@@ -757,7 +764,7 @@ std::string update_selected() { return "generic"; }
 }  // namespace
 
 const dispatch::Registry<KernelsFn>& flash_registry() {
-  static const auto r = make_registry("flash_attention");
+  static const auto r = make_registry("flash_attention", !cpu_features().fast_bf16_dot);
   return r;
 }
 const dispatch::Registry<KernelsFn>& paged_registry() {

@@ -11,18 +11,9 @@ using simd_type = simd::Avx512;
 #include "ops/attention/attention_kernels_inl.h"
 
 namespace optx::attn_detail {
-namespace avx512 {
-namespace {
-void run_job_or_avx2_prefill(const Config& c, const Job& j, float* scratch) {
-  if (avx2_prefill(c, j)) return kernels_avx2().run_job(c, j, scratch);
-  run_job(c, j, scratch);
-}
-}  // namespace
-}  // namespace avx512
-
 const Kernels& kernels_avx512() {
-  // Flash jobs of 96 rows, as the AVX2 unit's prefill that runs them.
-  static const Kernels k{avx512::run_job_or_avx2_prefill, false, kMaxJobRows};
+  // Flash jobs of 96 rows: the GEMM prefill's (attention_gemm_prefill_inl.h).
+  static const Kernels k{avx512::run_job, false, kMaxJobRows};
   return k;
 }
 }  // namespace optx::attn_detail

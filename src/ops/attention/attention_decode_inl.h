@@ -599,11 +599,11 @@ void run_decode(const Config& c, const Job& j, float* scratch) {
   }
 }
 
-// The bf16 few-row fast path where it applies, flash prefill on the AVX2 unit's
-// GEMM-strip prefill (avx2_prefill), else the unit's vector kernel.
+// The bf16 few-row fast path where it applies, flash prefill on the `avx512` unit's GEMM
+// prefill (gemm_prefill_job), else the unit's vector kernel.
 void run_job_bf16(const Config& c, const Job& j, float* scratch) {
   if (supported(c, j) && j.nrows / j.groups <= kDecodeRows) return run_decode(c, j, scratch);
-  if (avx2_prefill(c, j)) return kernels_avx2().run_job(c, j, scratch);
+  if (gemm_prefill_job(c, j)) return kernels_avx512().run_job(c, j, scratch);
   run_job(c, j, scratch);
 }
 

@@ -217,7 +217,7 @@ struct Config {
   int max_rows = kMaxRows;
 };
 
-// The AVX2 prefill GEMM path's operands (attention_avx2_prefill_inl.h), as float offsets
+// The prefill GEMM path's operands (attention_gemm_prefill_inl.h), as float offsets
 // into the part of a flash job's scratch after the rows' q, O and scores: Q in 6-row
 // micro-panels, K^T [D][64], V and O in planes of 64 columns, P micro-panels. Each piece
 // is a multiple of 8 floats (the kernel's B loads are aligned); `floats` keeps 8 more for
@@ -279,14 +279,16 @@ const Kernels& kernels_avx512();
 const Kernels& kernels_avx512_bf16();
 const Kernels& kernels_amx();
 
-// Flash prefill jobs (K / V read by other jobs too) that an AVX-512 unit's own job kernels
-// do not take — f32, masks, bias, softcap; on the `avx512` unit all of them — run the
-// AVX2 unit's GEMM-strip prefill (attention_avx2_prefill_inl.h): each K / V block loaded
-// once for all the job's rows into GEMM microkernel calls, where the AVX-512 units' vector
-// kernel scores one (row, key) dot at a time. Flash S = 4096, 16 heads, D = 128, causal,
-// two threads (Sapphire Rapids class, stop 30): f32 759-828 -> 388-436 ms, bf16 on the
-// `avx512` unit 887 -> 403 ms. Its tiles need D and Dv multiples of 16.
-inline bool avx2_prefill(const Config& c, const Job& j) {
+// Flash prefill jobs (K / V read by other jobs too) that run as GEMM microkernel calls
+// (attention_gemm_prefill_inl.h) on the AVX2 and `avx512` units, and on the AVX-512 units
+// with dot-product kernels for the jobs those do not take (f32, masks, bias, softcap) and,
+// where vdpbf16ps runs at half the FMA's FLOPs (cpu_features().fast_bf16_dot false), all
+// of them: each K / V block loaded (bf16: widened) once for all the job's rows into GEMM
+// microkernel calls, where the AVX-512 units' vector kernel scores one (row, key) dot at a
+// time. Flash S = 4096, 16 heads, D = 128, causal, two threads (Sapphire Rapids class,
+// stop 30, the AVX2 strips): f32 759-828 -> 388-436 ms, bf16 on the `avx512` unit 887 ->
+// 403 ms. Its tiles need D and Dv multiples of 16.
+inline bool gemm_prefill_job(const Config& c, const Job& j) {
   return !c.kv_once && j.groups == 1 && c.D % 16 == 0 && c.Dv % 16 == 0;
 }
 

@@ -18,10 +18,16 @@
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 #define OPTX_ATTN_BF16_TILES 1
 #include "ops/attention/attention_avx2_bf16_inl.h"
-#include "ops/attention/attention_avx2_prefill_inl.h"
 #include "ops/attention/attention_avx2_manyrows_inl.h"
 #else
 #define OPTX_ATTN_BF16_TILES 0
+#endif
+// Flash prefill as GEMM microkernel calls: AVX2 and AVX-512 units.
+#if defined(__AVX2__) && defined(__FMA__)
+#define OPTX_ATTN_GEMM_PREFILL 1
+#include "ops/attention/attention_gemm_prefill_inl.h"
+#else
+#define OPTX_ATTN_GEMM_PREFILL 0
 #endif
 
 namespace optx::attn_detail::OPTX_ISA_NS {
@@ -156,10 +162,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0;
   // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
-  // loaded (bf16: widened) once for all the job's rows (attention_avx2_prefill_inl.h), f32
+  // loaded (bf16: widened) once for all the job's rows (attention_gemm_prefill_inl.h), f32
   // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
-  [[maybe_unused]] const bool gemm_prefill = tiles && !c.kv_once && j.groups == 1;
-#if OPTX_ATTN_BF16_TILES
+  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_GEMM_PREFILL && gemm_prefill_job(c, j);
+#if OPTX_ATTN_GEMM_PREFILL
   GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
 #endif
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
@@ -192,8 +198,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     else if (kBf16 && tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
 #endif
   }
-#if OPTX_ATTN_BF16_TILES
+#if OPTX_ATTN_GEMM_PREFILL
   if (gemm_prefill) gp.pack_q(qf, Dp);
+#endif
+#if OPTX_ATTN_BF16_TILES
   if (many_rows) mr.pack_q(qf, Dp);
 #endif
   // Keys beyond every row's causal / window reach are never visited.
@@ -278,13 +286,15 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
         for (int64_t l = 0; l < k_lines; ++l) __builtin_prefetch(pk + 64 * l);
         for (int64_t l = 0; l < v_lines; ++l) __builtin_prefetch(pv + 64 * l);
       }
-#if OPTX_ATTN_BF16_TILES
+#if OPTX_ATTN_GEMM_PREFILL
     if (gemm_prefill) {
       gp.load_k(kp, n);
       gp.load_v(vp, n);
       gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
       gp.scores(S);
     }
+#endif
+#if OPTX_ATTN_BF16_TILES
     if (many_rows) {
       if (mla_i8) mr.widen_i8(kp, k_scale, rp, n);
       else mr.widen(kp, vp, n);
@@ -293,8 +303,9 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
 #endif
     for (int g = 0; g < G; ++g) {
       const void* const* kg = slices(kp, g * j.k_goff, n);
+      if (gemm_prefill) continue;
 #if OPTX_ATTN_BF16_TILES
-      if (gemm_prefill || many_rows) continue;
+      if (many_rows) continue;
       if (i8_tiles) {
         scores_bf16_rows<int8_t>(Rg, qf + g * Rg * Dp, Dp, kg, n, c.D, k_scale, S + g * Rg * kKvBlock, pf_s);
         continue;
@@ -351,7 +362,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       any = true;
       if (f != 1.0f) {
         st[r].l *= f;
-#if OPTX_ATTN_BF16_TILES
+#if OPTX_ATTN_GEMM_PREFILL
         if (gemm_prefill) gp.scale_row(r, f);
         else
 #endif
@@ -374,11 +385,13 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     }
     for (int g = 0; any && g < G; ++g) {
       const void* const* vg = slices(vp, g * j.v_goff, n);
-#if OPTX_ATTN_BF16_TILES
+#if OPTX_ATTN_GEMM_PREFILL
       if (gemm_prefill) {
         gp.pv(S, n);
         continue;
       }
+#endif
+#if OPTX_ATTN_BF16_TILES
       if (many_rows) {
         mr.pv(S, n, acc, Dvp, pf_s, pf_v);
         continue;
@@ -412,10 +425,11 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
     if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
   }
+#if OPTX_ATTN_GEMM_PREFILL
+  if (gemm_prefill) gp.store_o(acc, Dvp);
+#endif
 #if OPTX_ATTN_BF16_TILES
-  if (gemm_prefill)
-    gp.store_o(acc, Dvp);
-  else if (kBf16 && tiles && !i8_tiles && !mla_i8)
+  if (kBf16 && tiles && !i8_tiles && !mla_i8 && !gemm_prefill)
     for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
 #endif
   for (int r = 0; r < R; ++r) {

@@ -1,27 +1,32 @@
-// Prefill on AVX2 units (bf16 or f32, K / V reused by other jobs): a job's scores and P·V
-// as calls of the GEMM family's f32 strip microkernel (6 rows x 16 columns, gemm_avx2.cpp),
-// included by attention_kernels_inl.h next to the bf16 tiles. E: the K / V element type.
+// Flash prefill on the AVX2 and AVX-512 units (bf16 or f32, K / V reused by other jobs):
+// a job's scores and P·V as calls of the GEMM family's f32 microkernels, included by
+// attention_kernels_inl.h. E: the K / V element type. AVX2 runs the 6-row x 16-column
+// strip kernel (gemm_avx2.cpp), AVX-512 the 6 x 64 tile (gemm_avx512_inl.h): 24 zmm
+// accumulators, one broadcast of A per row against four B vectors.
 //
-// Why: the tiles (attention_avx2_bf16_inl.h) widen each K / V chunk once per 4 rows and
-// end every 8 scores in a horizontal-add tree. The GEMM kernel broadcasts one A value per
-// row against two B vectors, 12 accumulators, no reduction. It needs B with the reduced
-// dimension first, in 16-column strips, so per KV block the job writes, once for all its
-// rows (96 on AVX2, Kernels::prefill_rows):
-//   K^T  [4][D][16] f32      (B of S = Q K^T: a strip per 16 keys, kc = D)
-//   V    [Dv / 16][64][16]   (B of O += P V: a strip per 16 columns, kc = n keys)
+// Why: the AVX2 tiles (attention_avx2_bf16_inl.h) widen each K / V chunk once per 4 rows
+// and end every 8 scores in a horizontal-add tree; the AVX-512 units' vector kernel
+// scores one (row, key) dot at a time, and their vdpbf16ps / AMX kernels need a core that
+// runs those at speed (Intel without AMX retires vdpbf16ps at half the FMA's FLOPs:
+// attention_avx512_bf16.cpp). The GEMM kernel broadcasts one A value per row against B
+// vectors, no reduction. It needs B with the reduced dimension first, in strips of kStrip
+// columns (16 or 64), so per KV block the job writes, once for all its rows (96,
+// Kernels::prefill_rows):
+//   K^T  [64 / kStrip][D][kStrip] f32      (B of S = Q K^T, kc = D)
+//   V    [Dv / kStrip][64][kStrip]         (B of O += P V, kc = n keys)
 // and per job Q in the kernel's A layout (6-row micro-panels [d][6]); P is packed to
 // [key][6] per slice. O lives in the kernel's tile layout [plane][row][64] until the
-// job's end. Each strip (8 KiB of K^T at D = 128, 4 KiB of V) serves all the job's row
-// slices from L1.
-// The strips replaced calls of the 64-column kernel (four 16-column passes per call, K^T
-// in 64-row pieces, kc = 64 for both products): one block's products alone, one core,
+// job's end. Each strip (AVX2: 8 KiB of K^T at D = 128, 4 KiB of V; AVX-512: 32 KiB and
+// 16 KiB) serves all the job's row slices from L1 / L2.
+// AVX2: the strips replaced calls of the 64-column kernel (four 16-column passes per call,
+// K^T in 64-row pieces, kc = 64 for both products): one block's products alone, one core,
 // the scores 66-68 -> 80-83 GFLOP/s, P·V 66 -> 75-78.
 // Measured against the tiles, alternating in one process: with 32-row jobs the two were
 // equal (the kernels ran faster, but widening / transposing the block, waiting on its
 // rows and packing P took it back); with 96-row jobs S = 2048 / 4096 +16% / +11% over
 // the 32-row tiles and +7% / +25% over 96-row tiles.
 #ifndef OPTX_ISA_NS
-#error "define OPTX_ISA_NS before including attention_avx2_prefill_inl.h"
+#error "define OPTX_ISA_NS before including attention_gemm_prefill_inl.h"
 #endif
 #include <immintrin.h>
 
@@ -30,6 +35,7 @@
 
 #include "ops/attention/attention_internal.h"
 #include "ops/gemm/gemm_kernels.h"
+#include "simd/simd_avx2.h"
 #include "simd/simd_scalar.h"
 
 namespace optx::attn_detail::OPTX_ISA_NS {
@@ -48,15 +54,23 @@ struct GemmPrefill {
   float* v = nullptr;   // Dv / 16 strips x 64 x 16
   float* o = nullptr;   // planes x R x 64
   float* p = nullptr;   // slices x 64 x kMR
+#if defined(__AVX512F__)
+  static constexpr int kStrip = kNR;
+#else
   static constexpr int kStrip = 16;
+#endif
   gemm_detail::KernelF32Out kern = nullptr;
 
-  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch) : R(rows), D(d), Dv(dv), kern(gemm_detail::kernels_avx2().f32_strip) {
+  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch)
+      : R(rows), D(d), Dv(dv),
+        kern(kStrip == kNR ? gemm_detail::kernels_avx512().f32b_out : gemm_detail::kernels_avx2().f32_strip) {
     const GemmPrefillLayout l(d, dv);
     planes = l.planes;
     slices = (rows + kMR - 1) / kMR;
     q = scratch + l.q, kt = scratch + l.kt, v = scratch + l.v, o = scratch + l.o, p = scratch + l.p;
     std::fill(o, o + planes * R * kNR, 0.0f);
+    // A 64-column strip past Dv (Dv % 64 != 0) is read whole: its columns stay zero.
+    if (rows > 0 && Dv % kStrip) std::fill(v, v + planes * kNR * kNR, 0.0f);
   }
 
   // qf: R rows of q (scaled), stride Dp. Rows past R in the last slice are zero.
@@ -81,7 +95,7 @@ struct GemmPrefill {
       for (int i = 0; i < 8; ++i) k[i] = static_cast<const E*>(kp[j0 + i]);
       for (int64_t d = 0; d < D; d += 8) {
         __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = simd_type::load(k[i] + d);
+        for (int i = 0; i < 8; ++i) x[i] = simd::Avx2::load(k[i] + d);
         simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt_at(d + i, j0), x[i]);
       }
@@ -96,7 +110,7 @@ struct GemmPrefill {
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
       const E* src = static_cast<const E*>(vp[jj]);
-      for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + gemm_detail::strip_index(kNR, jj, c), simd_type::load(src + c));
+      for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + strip_at(kNR, jj, c), simd::Avx2::load(src + c));
     }
   }
 
@@ -105,12 +119,12 @@ struct GemmPrefill {
   // prefetchers do not follow, and loading the block waited on them otherwise.
   void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
     pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
-    const int64_t calls = slices * (kNR / kStrip + Dv / kStrip);
+    const int64_t calls = slices * (kNR / kStrip + v_strips());
     pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
   }
 
   // S[r][0, 64) (stride kKvBlock) = q_r . k for all rows; keys past n score 0. A strip
-  // of K^T at a time, reused by all row slices from L1.
+  // of K^T at a time, reused by all row slices from L1 (AVX2) or L1 / L2 (AVX-512).
   void scores(float* S) {
     const gemm_detail::Prefetch pf;
     for (int st = 0; st < kNR / kStrip; ++st)
@@ -121,7 +135,7 @@ struct GemmPrefill {
       }
   }
 
-  // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V strip (4 KiB) at a time.
+  // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V strip at a time.
   void pv(const float* P, int64_t n) {
     const gemm_detail::Prefetch pf;
     // 8 rows x 8 keys transposed in registers; key jj's 8 values are stored at its 6-float
@@ -136,7 +150,7 @@ struct GemmPrefill {
         simd::Avx2::transpose8(x);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(p + (s * kNR + jj + i) * kMR, x[i]);
       }
-    for (int64_t st = 0; st < Dv / kStrip; ++st)
+    for (int64_t st = 0; st < v_strips(); ++st)
       for (int s = 0; s < slices; ++s) {
         float* tile = o + ((st * kStrip / kNR) * R + s * kMR) * kNR + st * kStrip % kNR;
         kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + st * kNR * kStrip, tile, true, pf, tile, kNR);
@@ -160,7 +174,10 @@ struct GemmPrefill {
   }
 
  private:
-  float* kt_at(int64_t d, int64_t j) const { return kt + gemm_detail::strip_index(D, d, j); }
+  // Element (k, col) of a K block of kc rows in strips of kStrip columns.
+  static int64_t strip_at(int64_t kc, int64_t k, int64_t col) { return (col / kStrip) * kc * kStrip + k * kStrip + col % kStrip; }
+  float* kt_at(int64_t d, int64_t j) const { return kt + strip_at(D, d, j); }
+  int64_t v_strips() const { return (Dv + kStrip - 1) / kStrip; }
   const void* const* pf_k = nullptr;
   const void* const* pf_v = nullptr;
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
