@@ -114,6 +114,29 @@ struct Avx512 {
   OPTX_ALWAYS_INLINE static void store_stream2(uint16_t* p, F v0, F v1) {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p), _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(v0)), to_bf16(v1), 1));
   }
+  // In-register 16 x 16 transpose of dwords (dword j of r[i] -> dword i of r[j]) in three
+  // shuffle stages: 64 shuffles for 256 dwords.
+  OPTX_ALWAYS_INLINE static void transpose16(__m512i (&r)[16]) {
+    __m512i t[16];
+    for (int k = 0; k < 8; ++k) {
+      t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; ++k) {  // r[4k + c], per 128-bit lane L: column 4L + c of rows 4k..4k+3
+      r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+      r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+      r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+      r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
+      const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
+      r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+      r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
+      r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+      r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
+    }
+  }
 };
 
 }  // namespace optx::simd

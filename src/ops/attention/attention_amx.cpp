@@ -71,7 +71,7 @@ void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8
       for (int64_t p0 = 0; p0 < L / 4; p0 += 16) {
         __m512i r[16];
         for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(tmp + (part * 32 + 16 * half + i) * L + 4 * p0);
-        transpose16_epi32(r);
+        simd::Avx512::transpose16(r);
         int8_t* out = part ? q8l : q8h;
         for (int c = 0; c < 16; ++c) _mm512_store_si512(out + ((p0 + c) * 32 + 16 * half) * 4, r[c]);
       }

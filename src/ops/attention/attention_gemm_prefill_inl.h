@@ -32,10 +32,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/attention/attention_internal.h"
 #include "ops/gemm/gemm_kernels.h"
 #include "simd/simd_avx2.h"
+#if defined(__AVX512F__)
+#include "simd/simd_avx512.h"
+#endif
 #include "simd/simd_scalar.h"
 
 namespace optx::attn_detail::OPTX_ISA_NS {
@@ -50,20 +54,22 @@ struct GemmPrefill {
   int R = 0;
   int64_t D = 0, Dv = 0, planes = 0, slices = 0;
   float* q = nullptr;   // slices x D x kMR
-  float* kt = nullptr;  // 4 strips x D x 16
-  float* v = nullptr;   // Dv / 16 strips x 64 x 16
+  float* kt = nullptr;  // 64 / kStrip strips x D x kStrip
+  float* v = nullptr;   // Dv / kStrip strips x 64 x kStrip
   float* o = nullptr;   // planes x R x 64
-  float* p = nullptr;   // slices x 64 x kMR
+  float* p = nullptr;   // slices x 64 x kMR (AVX2; AVX-512 reads P's rows in place)
 #if defined(__AVX512F__)
   static constexpr int kStrip = kNR;
 #else
   static constexpr int kStrip = 16;
 #endif
   gemm_detail::KernelF32Out kern = nullptr;
+  decltype(gemm_detail::KernelTable::f32_rows_out) kern_rows = nullptr;  // AVX-512: P . V from P's rows
 
   GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch)
       : R(rows), D(d), Dv(dv),
-        kern(kStrip == kNR ? gemm_detail::kernels_avx512().f32b_out : gemm_detail::kernels_avx2().f32_strip) {
+        kern(kStrip == kNR ? gemm_detail::kernels_avx512().f32b_out : gemm_detail::kernels_avx2().f32_strip),
+        kern_rows(kStrip == kNR ? gemm_detail::kernels_avx512().f32_rows_out : nullptr) {
     const GemmPrefillLayout l(d, dv);
     planes = l.planes;
     slices = (rows + kMR - 1) / kMR;
@@ -89,6 +95,18 @@ struct GemmPrefill {
   // time, loaded as f32 (bf16 widened) and transposed in registers; keys n .. 64 zero.
   // Key j, value d at kt_at(d, j).
   void load_k(const void* const* kp, int64_t n) {
+#if defined(__AVX512F__)
+    // 16 keys x 16 values per in-register transpose (0.25 shuffles per value where the
+    // 8 x 8 one takes 0.375, on the two ports the FMAs need); keys n .. 64 zero.
+    for (int64_t j0 = 0; j0 < kNR; j0 += 16)
+      for (int64_t d = 0; d < D; d += 16) {
+        __m512i x[16];
+        for (int i = 0; i < 16; ++i) x[i] = j0 + i < n ? widen16(static_cast<const E*>(kp[j0 + i]) + d) : _mm512_setzero_si512();
+        simd::Avx512::transpose16(x);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(kt_at(d + i, j0), x[i]);
+      }
+    return;
+#endif
     int64_t j0 = 0;
     for (; j0 + 8 <= n; j0 += 8) {
       const E* k[8];
@@ -110,7 +128,11 @@ struct GemmPrefill {
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
       const E* src = static_cast<const E*>(vp[jj]);
+#if defined(__AVX512F__)
+      for (int64_t c = 0; c < Dv; c += 16) _mm512_store_si512(v + strip_at(kNR, jj, c), widen16(src + c));
+#else
       for (int64_t c = 0; c < Dv; c += 8) _mm256_storeu_ps(v + strip_at(kNR, jj, c), simd::Avx2::load(src + c));
+#endif
     }
   }
 
@@ -138,6 +160,15 @@ struct GemmPrefill {
   // O_r += sum_jj P[r][jj] v_jj over keys jj < n; a V strip at a time.
   void pv(const float* P, int64_t n) {
     const gemm_detail::Prefetch pf;
+    if (kern_rows) {  // P's rows broadcast in place (S, row stride kKvBlock): no packing pass
+      for (int64_t st = 0; st < v_strips(); ++st)
+        for (int s = 0; s < slices; ++s) {
+          float* tile = o + (st * R + s * kMR) * kNR;
+          kern_rows(std::min(kMR, R - s * kMR), n, P + s * kMR * kKvBlock, kKvBlock, v + st * kNR * kNR, tile, true, tile, kNR);
+          prefetch_some();
+        }
+      return;
+    }
     // 8 rows x 8 keys transposed in registers; key jj's 8 values are stored at its 6-float
     // slot, the two extra lanes overwritten by key jj + 1 (or, past a slice's last key,
     // by the next slice's first; the last slice's spill lands in the buffer's padding).
@@ -159,6 +190,14 @@ struct GemmPrefill {
   }
 
   void scale_row(int r, float f) {
+#if defined(__AVX512F__)
+    const __m512 s16 = _mm512_set1_ps(f);
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      float* x = o + (pl * R + r) * kNR;
+      for (int c = 0; c < kNR; c += 16) _mm512_storeu_ps(x + c, _mm512_mul_ps(_mm512_loadu_ps(x + c), s16));
+    }
+    return;
+#endif
     const __m256 s = _mm256_set1_ps(f);
     for (int64_t pl = 0; pl < planes; ++pl) {
       float* x = o + (pl * R + r) * kNR;
@@ -174,6 +213,13 @@ struct GemmPrefill {
   }
 
  private:
+#if defined(__AVX512F__)
+  // 16 values as f32 bits (bf16 widened by a shift).
+  static __m512i widen16(const E* x) {
+    if constexpr (std::is_same_v<E, float>) return _mm512_castps_si512(_mm512_loadu_ps(x));
+    else return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16);
+  }
+#endif
   // Element (k, col) of a K block of kc rows in strips of kStrip columns.
   static int64_t strip_at(int64_t kc, int64_t k, int64_t col) { return (col / kStrip) * kc * kStrip + k * kStrip + col % kStrip; }
   float* kt_at(int64_t d, int64_t j) const { return kt + strip_at(D, d, j); }

@@ -35,30 +35,6 @@ OPTX_ALWAYS_INLINE void stage_pairs(const uint16_t* a, const uint16_t* b, uint16
   _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
 }
 
-// In-register 16 x 16 transpose of dwords (dword j of r[i] -> dword i of r[j]) in three
-// shuffle stages: 64 shuffles for 256 dwords.
-OPTX_ALWAYS_INLINE void transpose16_epi32(__m512i r[16]) {
-  __m512i t[16];
-  for (int k = 0; k < 8; ++k) {
-    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-  }
-  for (int k = 0; k < 4; ++k) {  // r[4k + c], per 128-bit lane L: column 4L + c of rows 4k..4k+3
-    r[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
-    r[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
-    r[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
-    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xdd);
-  }
-}
-
 // 16 query rows x 32 keys of P from P^T (pt: [key][32 rows] bf16, from row 0 of the
 // half) into pr ([row][kSuper keys] bf16). Keys go in pairs: dword i of a row is
 // (p[2i], p[2i+1]). (The element-wise loop this replaced was ~17% of flash prefill's
@@ -70,7 +46,7 @@ OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
     const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt + (2 * i + 1) * 32));
     r[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
   }
-  transpose16_epi32(r);
+  simd::Avx512::transpose16(r);
   for (int row = 0; row < 16; ++row) _mm512_store_si512(pr + row * kSuper, r[row]);
 }
 
@@ -86,7 +62,7 @@ void build_qt(const Job& j, int64_t D, uint16_t* qt, int first = 0) {
         const int row = first + 16 * half + i;
         r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
       }
-      transpose16_epi32(r);
+      simd::Avx512::transpose16(r);
       for (int c = 0; c < 16; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
     }
 }

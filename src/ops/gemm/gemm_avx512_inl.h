@@ -75,6 +75,27 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, const float* acc,
   store_tile<M>(c, out, ldo);
 }
 
+// A as m rows lda apart instead of a packed micro-panel (a[r * lda + k]): for an A that a
+// caller writes row by row and reads once per B block (flash attention's P, whose packing
+// into [k][kMR] cost more shuffles than the broadcasts from six rows do).
+template <int M>
+void kern_f32_rows_m(int64_t kc, const float* a, int64_t lda, const float* b, float* acc, bool accumulate, float* out,
+                     int64_t ldo) {
+  __m512 c[M][4];
+  load_tile<M>(c, acc, accumulate);
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + k * kNR;
+    const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32), _mm512_load_ps(bk + 48)};
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) c[r][i] = _mm512_fmadd_ps(av, bb[i], c[r][i]);
+    }
+  }
+  store_tile<M>(c, out, ldo);
+}
+
 // B bf16 pairs widened to f32 in registers: a 32-bit lane holds (k even | k odd << 16) of
 // one column, so "lane << 16" is the even-k value and "lane & 0xffff0000" the odd-k value.
 template <int M, bool kStream>
@@ -151,6 +172,17 @@ void kern_f32_out(int m, int64_t kc, const float* a, const void* b, float* acc, 
                   const Prefetch& pf, float* c, int64_t ldc) {
   const bool stream = pf.stream;
   OPTX_DISPATCH_M(kern_f32_m, kc, a, b, acc, accumulate, pf, c, ldc)
+}
+void kern_f32_rows(int m, int64_t kc, const float* a, int64_t lda, const float* b, float* acc, bool accumulate, float* c,
+                   int64_t ldc) {
+  switch (m) {
+    case 1: return kern_f32_rows_m<1>(kc, a, lda, b, acc, accumulate, c, ldc);
+    case 2: return kern_f32_rows_m<2>(kc, a, lda, b, acc, accumulate, c, ldc);
+    case 3: return kern_f32_rows_m<3>(kc, a, lda, b, acc, accumulate, c, ldc);
+    case 4: return kern_f32_rows_m<4>(kc, a, lda, b, acc, accumulate, c, ldc);
+    case 5: return kern_f32_rows_m<5>(kc, a, lda, b, acc, accumulate, c, ldc);
+    default: return kern_f32_rows_m<6>(kc, a, lda, b, acc, accumulate, c, ldc);
+  }
 }
 void kern_bf16b(int m, int64_t kc, const float* a, const void* b, float* acc, bool accumulate,
                 const Prefetch& pf) {

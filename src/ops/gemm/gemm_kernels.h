@@ -128,6 +128,10 @@ struct KernelTable {
   Gemv4Fn gemv2_bf16b[kGemv2MaxRows - 1] = {};
   Gemv4Fn gemv2_i8b[2] = {};
   KernelF32Out f32b_out = nullptr;  // optional
+  // Optional: as f32b_out with A as m rows lda apart (a[r * lda + k]) instead of a packed
+  // micro-panel; acc, accumulate, c and ldc as there.
+  void (*f32_rows_out)(int m, int64_t kc, const float* a, int64_t lda, const float* b, float* acc, bool accumulate, float* c,
+                       int64_t ldc) = nullptr;
   // Optional, both or neither: for ISAs that widen bf16 / i8 weights inside the FMA loop
   // (no dot-product instruction) and whose L1 does not hold a whole f32 K block beside A.
   // widen_b writes 16-column strip s (columns 16 s .. 16 s + 15) of a K block of kc rows
