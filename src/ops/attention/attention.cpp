@@ -338,12 +338,12 @@ FlashJobs flash_jobs(const FlashAttentionParams& p, const FlashGeo& g, int rows)
   FlashJobs j;
   j.p = &p;
   j.g = g;
-  row_tiling(g.Nq / g.Nkv, std::clamp(rows, 1, kMaxJobRows), &j.heads_per_job, &j.q_per_job);
+  row_tiling(g.Nq / g.Nkv, std::clamp(rows, 1, kMaxFlashRows), &j.heads_per_job, &j.q_per_job);
   j.head_chunks = (g.Nq / g.Nkv + j.heads_per_job - 1) / j.heads_per_job;
   j.cfg.bf16 = p.q.dtype == DType::kBF16;
   j.cfg.D = g.D;
   j.cfg.Dv = g.Dv;
-  j.cfg.max_rows = kMaxJobRows;  // whatever the kernel's prefill_rows: flash_workspace does not know it
+  j.cfg.max_rows = kMaxFlashRows;  // whatever the kernel's prefill_rows: flash_workspace does not know it
   j.cfg.scale = p.scale != 0.0f ? p.scale : 1.0f / std::sqrt(float(g.D));
   j.cfg.softcap = p.softcap;
   j.cfg.causal = p.causal;
@@ -805,7 +805,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(g.D, g.Dv, kMaxJobRows) * size_t(num_threads()) + kAlign;
+  return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(num_threads()) + kAlign;
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }

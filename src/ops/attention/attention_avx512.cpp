@@ -12,8 +12,8 @@ using simd_type = simd::Avx512;
 
 namespace optx::attn_detail {
 const Kernels& kernels_avx512() {
-  // Flash jobs of 96 rows: the GEMM prefill's (attention_gemm_prefill_inl.h).
-  static const Kernels k{avx512::run_job, false, kMaxJobRows};
+  // Flash jobs of 192 rows: the GEMM prefill's (attention_gemm_prefill_inl.h).
+  static const Kernels k{avx512::run_job, false, kMaxFlashRows};
   return k;
 }
 }  // namespace optx::attn_detail

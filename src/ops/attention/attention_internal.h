@@ -22,9 +22,12 @@
 namespace optx::attn_detail {
 
 inline constexpr int kMaxRows = 32;
-// Rows a job can hold: flash jobs of kernels with a larger Kernels::prefill_rows (the AVX2
-// unit) go up to this; every other job keeps to kMaxRows.
+// Rows a job can hold: flash jobs of kernels with a larger Kernels::prefill_rows go up to
+// kMaxJobRows (the AVX2 unit; all-heads decode jobs too) or kMaxFlashRows (the `avx512`
+// unit's GEMM prefill: each K / V block widened once for twice the rows, flash S = 4096
+// 299-307 -> 279-291 ms alternating); every other job keeps to kMaxRows.
 inline constexpr int kMaxJobRows = 96;
+inline constexpr int kMaxFlashRows = 192;
 inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
 inline constexpr int kMaxGroupRows = 12;  // rows per KV head of an all-heads decode job (Kernels)
 inline constexpr int64_t kKvBlock = 64;
@@ -193,7 +196,7 @@ struct Job {
   int64_t kv_begin = 0, kv_end = 0;
   int64_t offset = 0;  // Skv - Sq of the sequence: query i sits at key position i + offset
   int nrows = 0;
-  Row rows[kMaxJobRows];
+  Row rows[kMaxFlashRows];
   // Several KV heads in one job (kernels with Kernels::multi_group only): rows come in
   // `groups` equal runs, run g reading the slice g * k_goff (K) / g * v_goff (V) elements
   // into each cache row, so a job streams whole rows in address order.
@@ -212,7 +215,7 @@ struct Config {
   // sequence): it streams from DRAM, so kernels prefetch it. Otherwise a head's KV serves
   // many query tiles from cache and the prefetches only cost issue slots.
   bool kv_once = true;
-  // Rows the job scratch is laid out for (job_scratch_floats): flash kMaxJobRows, decode
+  // Rows the job scratch is laid out for (job_scratch_floats): flash kMaxFlashRows, decode
   // kMaxRows.
   int max_rows = kMaxRows;
 };
@@ -225,11 +228,11 @@ struct Config {
 struct GemmPrefillLayout {
   int64_t planes, slices, q = 0, kt, v, o, p, floats;
   GemmPrefillLayout(int64_t D, int64_t Dv)
-      : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR), slices((kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR) {
+      : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR), slices((kMaxFlashRows + gemm_detail::kMR - 1) / gemm_detail::kMR) {
     kt = q + slices * gemm_detail::kMR * D;
     v = kt + D * gemm_detail::kNR;
     o = v + planes * gemm_detail::kNR * gemm_detail::kNR;
-    p = o + planes * kMaxJobRows * gemm_detail::kNR;
+    p = o + planes * kMaxFlashRows * gemm_detail::kNR;
     floats = p + slices * gemm_detail::kNR * gemm_detail::kMR + 8;
   }
 };
@@ -246,7 +249,7 @@ struct ManyRowsLayout {
 
 // Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
 // kernel's q rows, accumulators and one block of scores, then either one block of staged
-// bf16 K / V rows or, for flash (rows == kMaxJobRows), GemmPrefillLayout, for decode
+// bf16 K / V rows or, for flash (rows >= kMaxJobRows), GemmPrefillLayout, for decode
 // ManyRowsLayout; or the AMX / AVX512_BF16 job kernels' Q^T, staged K and V pairs,
 // scores, P and O (the largest).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
@@ -267,7 +270,7 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
 struct Kernels {
   void (*run_job)(const Config& c, const Job& j, float* scratch);
   bool multi_group = false;  // run_job takes jobs with groups > 1 (decode over all KV heads)
-  int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxJobRows)
+  int prefill_rows = kMaxRows;  // rows of a flash job (<= kMaxFlashRows)
   // multi_group decode: rows an all-heads job may hold in total (<= kMaxJobRows) and per
   // KV head (<= kMaxGroupRows), and whether it takes f32 q / caches (else bf16 only).
   int decode_rows = kMaxRows, decode_group_rows = kDecodeRows;

@@ -156,7 +156,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   float* S = acc + R * Dvp;          // R x kKvBlock
   // AVX2: the prefill GEMM path's operands (sized by job_scratch_floats).
   [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
-  numerics::SoftmaxState st[kMaxJobRows];
+  numerics::SoftmaxState st[kMaxFlashRows];
   // The AVX2 tiles read bf16 or f32 rows (and int8 caches); bf16 tiles keep q and O with
   // each 16-value chunk's middle quads swapped (see there), f32 and int8 in plain order.
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;

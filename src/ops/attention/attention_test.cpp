@@ -66,12 +66,13 @@ TEST(FlashAttention, MasksWindowsSinksSoftcap) {
 }
 
 // Prefill whose query tiles share K / V (more than one tile per head; AVX2 tiles hold up
-// to 96 rows): head dims with a partial 64-column piece, D != Dv, a key count off the
+// to 96 rows, the `avx512` GEMM prefill's 192): head dims with a partial 64-column piece, D != Dv, a key count off the
 // 8-key and 64-key grids, row counts off the 6-row slices, GQA rows, and the softmax
 // options on top.
 TEST(FlashAttention, LongPrefillTilesSharingKv) {
   std::vector<FlashCase> cs;
-  for (auto [Sq, Skv, D, Dv, Nq, Nkv] : {std::tuple{200, 203, 192, 48, 2, 2}, {131, 131, 80, 112, 6, 2}, {250, 97, 16, 16, 1, 1}}) {
+  for (auto [Sq, Skv, D, Dv, Nq, Nkv] : {std::tuple{200, 203, 192, 48, 2, 2}, {131, 131, 80, 112, 6, 2}, {250, 97, 16, 16, 1, 1},
+                                                         {397, 401, 80, 112, 2, 1}}) {
     FlashCase c;
     c.dtype = DType::kBF16, c.Sq = Sq, c.Skv = Skv, c.D = D, c.Dv = Dv, c.Nq = Nq, c.Nkv = Nkv, c.causal = true;
     cs.push_back(c);
