@@ -66,28 +66,30 @@ struct GemmPrefill {
   gemm_detail::KernelF32Out kern = nullptr;
   decltype(gemm_detail::KernelTable::f32_rows_out) kern_rows = nullptr;  // AVX-512: P . V from P's rows
 
-  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch)
+  // qbuf: room for Q's micro-panels (ceil(rows / 6) * 6 x d floats).
+  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch, float* qbuf)
       : R(rows), D(d), Dv(dv),
         kern(kStrip == kNR ? gemm_detail::kernels_avx512().f32b_out : gemm_detail::kernels_avx2().f32_strip),
         kern_rows(kStrip == kNR ? gemm_detail::kernels_avx512().f32_rows_out : nullptr) {
     const GemmPrefillLayout l(d, dv);
     planes = l.planes;
     slices = (rows + kMR - 1) / kMR;
-    q = scratch + l.q, kt = scratch + l.kt, v = scratch + l.v, o = scratch + l.o, p = scratch + l.p;
+    q = qbuf, kt = scratch + l.kt, v = scratch + l.v, o = scratch + l.o, p = scratch + l.p;
     std::fill(o, o + planes * R * kNR, 0.0f);
     // A 64-column strip past Dv (Dv % 64 != 0) is read whole: its columns stay zero.
     if (rows > 0 && Dv % kStrip) std::fill(v, v + planes * kNR * kNR, 0.0f);
   }
 
-  // qf: R rows of q (scaled), stride Dp. Rows past R in the last slice are zero.
-  void pack_q(const float* qf, int64_t Dp) {
+  // The job's R rows of q, times scale, straight from their rows. Rows past R in the last
+  // slice are zero.
+  void pack_q(const Job& j, float scale) {
     for (int s = 0; s < slices; ++s) {
       float* dst = q + s * kMR * D;
-      for (int64_t d = 0; d < D; ++d)
-        for (int r = 0; r < kMR; ++r) {
-          const int row = s * kMR + r;
-          dst[d * kMR + r] = row < R ? qf[row * Dp + d] : 0.0f;
-        }
+      for (int r = 0; r < kMR; ++r) {
+        const int row = s * kMR + r;
+        const E* x = row < R ? static_cast<const E*>(j.rows[row].q) : nullptr;
+        for (int64_t d = 0; d < D; ++d) dst[d * kMR + r] = x ? scale * simd::Scalar::load(x + d) : 0.0f;
+      }
     }
   }
 

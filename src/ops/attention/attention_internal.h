@@ -221,19 +221,22 @@ struct Config {
 };
 
 // The prefill GEMM path's operands (attention_gemm_prefill_inl.h), as float offsets
-// into the part of a flash job's scratch after the rows' q, O and scores: Q in 6-row
-// micro-panels, K^T [D][64], V and O in planes of 64 columns, P micro-panels. Each piece
-// is a multiple of 8 floats (the kernel's B loads are aligned); `floats` keeps 8 more for
+// into the part of a flash job's scratch after the rows' q, O and scores (Q's 6-row
+// micro-panels sit where the q rows would): K^T [D][64], V and O in planes of 64 columns,
+// P micro-panels. Each piece
+// is a multiple of 16 floats (D % 16 == 0: the kernels' B loads are aligned to 64 bytes);
+// `floats` keeps 8 more for
 // the last overlapping store of the P / Q packing.
 struct GemmPrefillLayout {
-  int64_t planes, slices, q = 0, kt, v, o, p, floats;
+  int64_t planes, kt = 0, v, o, p, floats;
   GemmPrefillLayout(int64_t D, int64_t Dv)
-      : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR), slices((kMaxFlashRows + gemm_detail::kMR - 1) / gemm_detail::kMR) {
-    kt = q + slices * gemm_detail::kMR * D;
+      : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR) {
     v = kt + D * gemm_detail::kNR;
     o = v + planes * gemm_detail::kNR * gemm_detail::kNR;
     p = o + planes * kMaxFlashRows * gemm_detail::kNR;
-    floats = p + slices * gemm_detail::kNR * gemm_detail::kMR + 8;
+    // P micro-panels: the AVX2 strips' only (AVX-512 reads P's rows), whose jobs hold up to
+    // kMaxJobRows rows.
+    floats = p + (kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kNR * gemm_detail::kMR + 8;
   }
 };
 

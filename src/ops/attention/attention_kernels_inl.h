@@ -151,22 +151,27 @@ template <class V, class T>
 void run_job_t(const Config& c, const Job& j, float* scratch) {
   const int R = j.nrows;
   const int64_t Dp = round_w<V>(c.D), Dvp = round_w<V>(c.Dv);
-  float* qf = scratch;               // R x Dp, scaled by c.scale, zero-padded
-  float* acc = qf + R * Dp;          // R x Dvp
+  // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
+  // loaded (bf16: widened) once for all the job's rows (attention_gemm_prefill_inl.h), f32
+  // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
+  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_GEMM_PREFILL && gemm_prefill_job(c, j);
+  // q rows, or for the GEMM prefill Q's 6-row micro-panels in their place (ceil(R / 6) * 6
+  // x D values; c.max_rows is a multiple of 6): a second copy of Q put the 192-row flash
+  // workspace over 1% of `basic`'s score matrix.
+  const int Rq = gemm_prefill ? (R + 5) / 6 * 6 : R;
+  float* qf = scratch;               // Rq x Dp: R rows scaled by c.scale, zero-padded
+  float* acc = qf + Rq * Dp;         // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
-  // AVX2: the prefill GEMM path's operands (sized by job_scratch_floats).
+  // The prefill GEMM path's operands (sized by job_scratch_floats).
   [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
   numerics::SoftmaxState st[kMaxFlashRows];
   // The AVX2 tiles read bf16 or f32 rows (and int8 caches); bf16 tiles keep q and O with
   // each 16-value chunk's middle quads swapped (see there), f32 and int8 in plain order.
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0;
-  // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
-  // loaded (bf16: widened) once for all the job's rows (attention_gemm_prefill_inl.h), f32
-  // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
-  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_GEMM_PREFILL && gemm_prefill_job(c, j);
 #if OPTX_ATTN_GEMM_PREFILL
-  GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage);
+  GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage, qf);
+  static_assert(kMaxFlashRows % gemm_detail::kMR == 0 && kMaxJobRows % gemm_detail::kMR == 0);
 #endif
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
@@ -190,16 +195,17 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   ManyRows mr(many_rows ? R : 0, c.D, c.Dv, v_shared, stage);
 #endif
   for (int r = 0; r < R; ++r) {
+    std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
+    if (gemm_prefill) continue;
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
-    std::fill(acc + r * Dvp, acc + (r + 1) * Dvp, 0.0f);
 #if OPTX_ATTN_BF16_TILES
     if (mla_i8) swap_quads16(qf + r * Dp + c.Dv, c.D - c.Dv);  // the rope part only
     else if (kBf16 && tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
 #endif
   }
 #if OPTX_ATTN_GEMM_PREFILL
-  if (gemm_prefill) gp.pack_q(qf, Dp);
+  if (gemm_prefill) gp.pack_q(j, c.scale);
 #endif
 #if OPTX_ATTN_BF16_TILES
   if (many_rows) mr.pack_q(qf, Dp);
