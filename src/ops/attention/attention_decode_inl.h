@@ -202,7 +202,42 @@ struct RowLines {
 // horizontal sum per score and vpmovzx-widened V, 1.22 -> 1.06 ms; AMX scores against
 // sum16, 1.44 -> 1.04 ms. From DRAM the gains shrink to 6-15% each: the job is then
 // bound by one core's read rate over 32 KiB blocks at random places (see README).
+// S[r][c0 .. c0 + 15] = scale * q_r . k_i for 16 keys (k: their rows at this KV head's
+// slice) by f32 FMAs: each K row widened by a shift and a mask (even and odd columns of
+// a 32-value chunk), qw the q rows widened once per job in that order (row stride D).
+// On cores where vdpbf16ps takes both FMA ports for two cycles (Intel: half the
+// multiply-adds of an FMA and nothing issues beside it), 2 FMAs per 32 values per row
+// plus 2 widening uops shared by the rows cost 8 + 8 / R port slots where the dot
+// product cost 16. Keys in groups of NK so that R x NK accumulators (10-16) cover the
+// FMA's latency without spilling; sum16 then folds each row's 16 partial vectors.
 template <int R>
+OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, int64_t D, __m512 scale, float (*S)[kKvBlock], int64_t c0) {
+  constexpr int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
+  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
+  __m512 part[R][16];
+  for (int i0 = 0; i0 < 16; i0 += NK) {
+    __m512 a[R][NK];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < NK; ++i) a[r][i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 32) {
+      __m512 ke[NK], ko[NK];
+      for (int i = 0; i < NK; ++i) {
+        const __m512i w = _mm512_loadu_si512(k[i0 + i] + d);
+        ke[i] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        ko[i] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 qe = _mm512_load_ps(qw + r * D + d), qo = _mm512_load_ps(qw + r * D + d + 16);
+        for (int i = 0; i < NK; ++i) a[r][i] = _mm512_fmadd_ps(qo, ko[i], _mm512_fmadd_ps(qe, ke[i], a[r][i]));
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < NK; ++i) part[r][i0 + i] = a[r][i];
+  }
+  for (int r = 0; r < R; ++r) _mm512_store_ps(&S[r][c0], _mm512_mul_ps(sum16(part[r]), scale));
+}
+
+template <int R, bool kFma>
 void run_job_decode(const Config& c, const Job& j, float* scratch) {
   constexpr int64_t kBlock = kKvBlock;
   constexpr int kCh = R <= 4 ? 64 : 32;  // accumulator columns per pass: R * kCh / 16 <= 16 zmm
@@ -242,9 +277,18 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   const int64_t k_share = (k_lines + G - 1) / G;
   const int64_t v_row_bytes = ((G - 1) * j.v_goff + Dv) * es;
   const __m512 scale = _mm512_set1_ps(c.scale);
+  // kFma: the q rows widened for scores_fma ([NR][D] after O; the AMX unit's Q^T, which
+  // takes the same room, is built after them and serves only the AMX tiles).
+  float* qw = o + NR * Dv;
+  for (int r = 0; kFma && r < NR; ++r)
+    for (int64_t d = 0; d < D; d += 32) {
+      const __m512i w = _mm512_loadu_si512(q[r] + d);
+      _mm512_store_ps(qw + r * D + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      _mm512_store_ps(qw + r * D + d + 16, _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u)))));
+    }
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
-  uint32_t* qt = reinterpret_cast<uint32_t*>(o + NR * Dv);
+  uint32_t* qt = reinterpret_cast<uint32_t*>(qw + NR * D);
   for (int g = 0; g < G; ++g)
     for (int64_t p = 0; p < D / 2; ++p)
       for (int r = 0; r < R; ++r) std::memcpy(&qt[(g * D / 2 + p) * R + r], q[g * R + r] + 2 * p, 4);
@@ -304,12 +348,21 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     // core's L1 fill buffers; from L2 they are short. DRAM, B = 1 / 8, ctx 8k / 32k,
     // alternating in one process: bf16 +13-15% keys/s, int8 +44-46% (+55-62% with its K
     // rows too; bf16 K rows on top gained nothing cold and cost 17% with the cache in L2,
-    // where V alone costs 3-6%).
+    // where V alone costs 3-6%: Zen 5, vdpbf16ps). The widened-FMA kernel (kFma, Intel)
+    // takes the bf16 K rows too, K first, spread over the scores as well (score_w P . V
+    // steps' worth per KV head of a 16-key chunk): its K loads walk 4 rows at a time, not
+    // 16, and left alone waited on DRAM with fewer misses in flight. Xeon VM, B = 1, ctx
+    // 8k, two threads: 2.09 -> 1.83-1.93 ms, Sq = 2 5.6 -> 3.4 ms.
     RowLines next_k, next_v;
-    next_k.start(kp + kBlock, n_next, q8 ? 64 * k_lines : 0);
+    next_k.start(kp + kBlock, n_next, q8 || kFma ? 64 * k_lines : 0);
     next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
-    const int64_t pf_steps = int64_t(G) * ((Dv + kCh - 1) / kCh) * ((n + kPfEvery - 1) / kPfEvery);
+    constexpr int64_t score_w = kFma ? 4 : 0;
+    const int64_t pf_steps = int64_t(G) * ((Dv + kCh - 1) / kCh) * ((n + kPfEvery - 1) / kPfEvery) + score_w * G * ((n + 15) / 16);
     const int64_t pf_step = (n_next * (next_k.bytes + next_v.bytes) / 64 + pf_steps - 1) / pf_steps;
+    const auto prefetch_next_n = [&](int64_t lines) {
+      if constexpr (kFma) next_v.prefetch(next_k.prefetch(lines));
+      else next_k.prefetch(next_v.prefetch(lines));
+    };
     for (int64_t c0 = 0; c0 < n; c0 += 16) {
       const int nc = int(std::min<int64_t>(16, n - c0));
       const int npf = int(std::min<int64_t>(16, n + n_next - c0 - 16));  // next chunk's keys
@@ -326,6 +379,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       };
       for (int g = 0; g < G; ++g) {
         prefetch_k(g);
+        if (score_w) prefetch_next_n(score_w * pf_step);
 #ifdef OPTX_ATTN_DECODE_AMX
         // Two KV heads at once, each in its own A, B and C tiles (tmm1-2-0 and 5-6-7): a
         // head's scores are one chain of D / 32 dependent tdpbf16ps, and two chains
@@ -397,6 +451,10 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #endif
         const uint16_t* k[16];
         for (int i = 0; i < 16; ++i) k[i] = static_cast<const uint16_t*>(kp[c0 + std::min(i, nc - 1)]) + g * j.k_goff;
+        if constexpr (kFma) {
+          scores_fma<R>(k, qw + g * R * D, D, scale, S + g * R, c0);
+          continue;
+        }
         for (int r = 0; r < R; ++r) {
           const uint16_t* qr = q[g * R + r];
           __m512 a[16];
@@ -409,16 +467,12 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         }
       }
     }
-    // AVX512_BF16 unit: P . V by vdpbf16ps on key pairs (P rounded to bf16, as the flash
-    // kernels' P, and written so by the softmax): half the multiply instructions of
-    // widened FMAs and no widening. Zen 5, B = 1 / 8, 32 / 8 heads, alternating with the
-    // FMA build: ctx 8k from DRAM +2 to +10% / +14-15%, ctx 2k in L3 ±0 to +29%. The AMX
-    // unit's cores issue vdpbf16ps at half the FMA's rate, so it widens V.
-#ifdef OPTX_ATTN_DECODE_AMX
-    constexpr bool kPairs = false;
-#else
-    constexpr bool kPairs = true;
-#endif
+    // Where vdpbf16ps is fast (!kFma: AMD Zen 4 / 5), P . V by vdpbf16ps on key pairs (P
+    // rounded to bf16, as the flash kernels' P, and written so by the softmax): half the
+    // multiply instructions of widened FMAs and no widening. Zen 5, B = 1 / 8, 32 / 8
+    // heads, alternating with the FMA build: ctx 8k from DRAM +2 to +10% / +14-15%, ctx 2k
+    // in L3 ±0 to +29%. Intel's cores issue vdpbf16ps at half the FMA's rate: widen V.
+    constexpr bool kPairs = !kFma;
     alignas(64) uint16_t Pb[kPairs ? kMaxRows : 1][kBlock];  // dword i: (p[2i], p[2i + 1]), 0 past n
     bool any = false;
     for (int r = 0; r < NR; ++r) {
@@ -484,7 +538,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       if (jj + kPvAhead < n) prefetch_piece(cur, jj + kPvAhead);
       else if (jj + kPvAhead - n < n) prefetch_piece(next, jj + kPvAhead - n);
     };
-    const auto prefetch_next = [&] { next_k.prefetch(next_v.prefetch(pf_step)); };
+    const auto prefetch_next = [&] { prefetch_next_n(pf_step); };
     if (v_apart && any) {
       const Piece first = piece(0);
       for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(first, jj);
@@ -573,7 +627,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           }
       });
     }
-    next_k.prefetch(next_v.prefetch(INT64_MAX));  // blocks with nothing visible ran no P . V
+    prefetch_next_n(INT64_MAX);  // blocks with nothing visible ran no P . V
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
     std::copy(vp + kBlock, vp + kBlock + n_next, vp);
 #ifdef OPTX_ATTN_DECODE_AMX
@@ -586,17 +640,41 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   finish_rows(c, j, mrow, lrow, o);
 }
 
-void run_decode(const Config& c, const Job& j, float* scratch) {
+// The widened-FMA kernel runs with denormals as zero (MXCSR DAZ and FTZ, restored after):
+// on Intel an FMA with a denormal input takes a microcode assist, and a V cache holding
+// one bf16 denormal in 2000 values ran P . V at 25 instead of 7.4 cycles per key and
+// pass (one core, cache in L2). vdpbf16ps treats denormals as zero anyway, so both
+// kernels agree on such inputs.
+struct DenormalsAsZero {
+  unsigned saved = _mm_getcsr();
+  DenormalsAsZero() { _mm_setcsr(saved | 0x8040u); }
+  ~DenormalsAsZero() { _mm_setcsr(saved); }
+};
+
+template <bool kFma>
+void run_decode_t(const Config& c, const Job& j, float* scratch) {
+  [[maybe_unused]] std::conditional_t<kFma, DenormalsAsZero, std::false_type> daz;
   switch (j.nrows / j.groups) {
-    case 1: return run_job_decode<1>(c, j, scratch);
-    case 2: return run_job_decode<2>(c, j, scratch);
-    case 3: return run_job_decode<3>(c, j, scratch);
-    case 4: return run_job_decode<4>(c, j, scratch);
-    case 5: return run_job_decode<5>(c, j, scratch);
-    case 6: return run_job_decode<6>(c, j, scratch);
-    case 7: return run_job_decode<7>(c, j, scratch);
-    default: return run_job_decode<8>(c, j, scratch);
+    case 1: return run_job_decode<1, kFma>(c, j, scratch);
+    case 2: return run_job_decode<2, kFma>(c, j, scratch);
+    case 3: return run_job_decode<3, kFma>(c, j, scratch);
+    case 4: return run_job_decode<4, kFma>(c, j, scratch);
+    case 5: return run_job_decode<5, kFma>(c, j, scratch);
+    case 6: return run_job_decode<6, kFma>(c, j, scratch);
+    case 7: return run_job_decode<7, kFma>(c, j, scratch);
+    default: return run_job_decode<8, kFma>(c, j, scratch);
   }
+}
+
+// Widened FMAs wherever vdpbf16ps is not fast (the AMX unit is Intel's); the dot product
+// where it retires at the FMA's rate.
+void run_decode(const Config& c, const Job& j, float* scratch) {
+#ifdef OPTX_ATTN_DECODE_AMX
+  return run_decode_t<true>(c, j, scratch);
+#else
+  static const bool fma = !cpu_features().fast_bf16_dot;
+  return fma ? run_decode_t<true>(c, j, scratch) : run_decode_t<false>(c, j, scratch);
+#endif
 }
 
 // The bf16 few-row fast path where it applies, flash prefill on the `avx512` unit's GEMM

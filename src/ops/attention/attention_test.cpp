@@ -5,6 +5,7 @@
 // unsplit decode, attention_update against a merge in double, bad inputs.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <xmmintrin.h>
 
 #include <cmath>
 
@@ -421,6 +422,23 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
         EXPECT_TRUE(o.pass()) << threads << " threads, " << impl->name << " " << c.name() << ": " << o.message();
       }
   }
+  set_num_threads(0);
+}
+
+// Denormal cache values: the widened-FMA decode kernel (Intel) runs with denormals as
+// zero, as vdpbf16ps does, and must hand the caller's MXCSR back unchanged.
+TEST(PagedDecode, DenormalCacheValuesAndTheCallersMxcsr) {
+  set_num_threads(1);  // the job runs on this thread
+  for (const auto* impl : paged_registry().runnable())
+    for (auto [Sq, Nq, Nkv, D] : {std::tuple{1, 8, 2, 128}, {2, 8, 2, 64}, {1, 8, 8, 64}}) {
+      DecodeCase c;
+      c.B = 1, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = c.Dv = D, c.lens = {150}, c.denormal_every = 7;
+      const unsigned modes = 0xffc0u;  // rounding, DAZ / FTZ and exception masks; not the sticky flags
+      const unsigned before = _mm_getcsr() & modes;
+      const auto o = testutil::run_decode(*impl, c, 3);
+      EXPECT_EQ(_mm_getcsr() & modes, before) << impl->name << " " << c.name();
+      EXPECT_TRUE(o.pass()) << impl->name << " " << c.name() << ": " << o.message();
+    }
   set_num_threads(0);
 }
 

@@ -371,12 +371,14 @@ struct DecodeCase {
   std::vector<int32_t> lens = {37, 130};
   int64_t block_size = 16;
   bool strided = false;  // q and out padded (Stored), out's padding checked for its sentinel
+  int denormal_every = 0;  // > 0: every n-th K and V value is a denormal (+-1e-39)
   std::string name() const {
     std::ostringstream os;
     os << "dtype=" << dtype_name(dtype) << (i8 ? " cache=i8" : "") << " B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " D=" << D << " Dv=" << Dv
        << " block=" << block_size << " lens=";
     for (size_t i = 0; i < lens.size(); ++i) os << (i ? "/" : "") << lens[i];
     if (strided) os << " strided";
+    if (denormal_every) os << " denormals=1/" << denormal_every;
     return os.str();
   }
 };
@@ -405,6 +407,8 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   auto at = [](const Stored& t, int64_t b, int64_t i, int64_t h) { return b * t.strides[0] + i * t.strides[1] + h * t.strides[2]; };
   for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, rng.uniform());
   for (size_t i = 0; i < vc.f.size() + vc.h.size(); ++i) vc.set(i, rng.uniform());
+  for (size_t i = 0; c.denormal_every > 0 && i < kc.f.size() + kc.h.size(); i += size_t(c.denormal_every)) kc.set(i, i % 2 ? 1e-39 : -1e-39);
+  for (size_t i = 0; c.denormal_every > 0 && i < vc.f.size() + vc.h.size(); i += size_t(c.denormal_every)) vc.set(i, i % 2 ? -1e-39 : 1e-39);
   q.fill([&] { return rng.uniform(-2, 2); });
   out.fill([] { return NAN; });  // poisoned
   std::vector<float> lse(size_t(c.B * c.Nq * c.Sq), NAN);
