@@ -210,12 +210,13 @@ struct RowLines {
 // plus 2 widening uops shared by the rows cost 8 + 8 / R port slots where the dot
 // product cost 16. Keys in groups of NK so that R x NK accumulators (10-16) cover the
 // FMA's latency without spilling; sum16 then folds each row's 16 partial vectors.
-template <int R>
-OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, int64_t D, __m512 scale, float (*S)[kKvBlock], int64_t c0) {
+template <int R, class Pf>
+OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, int64_t D, __m512 scale, float (*S)[kKvBlock], int64_t c0, Pf&& pf) {
   constexpr int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
   const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 part[R][16];
   for (int i0 = 0; i0 < 16; i0 += NK) {
+    pf(NK);
     __m512 a[R][NK];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < NK; ++i) a[r][i] = _mm512_setzero_ps();
@@ -350,9 +351,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     // rows too; bf16 K rows on top gained nothing cold and cost 17% with the cache in L2,
     // where V alone costs 3-6%: Zen 5, vdpbf16ps). The widened-FMA kernel (kFma, Intel)
     // takes the bf16 K rows too, K first, spread over the scores as well (score_w P . V
-    // steps' worth per KV head of a 16-key chunk): its K loads walk 4 rows at a time, not
-    // 16, and left alone waited on DRAM with fewer misses in flight. Xeon VM, B = 1, ctx
-    // 8k, two threads: 2.09 -> 1.83-1.93 ms, Sq = 2 5.6 -> 3.4 ms.
+    // steps' worth per KV head of a 16-key chunk, a slice per key group): its K loads walk
+    // 4 rows at a time, not 16, and left alone waited on DRAM with fewer misses in flight.
+    // Xeon VM, B = 1, ctx 8k, two threads: 2.09 -> 1.83-1.93 ms, Sq = 2 5.6 -> 3.4 ms; the
+    // share issued per key group instead of per head (bursts of 64 lines stall on the 16
+    // L1 fill buffers while the FMAs wait behind them) 1.87-1.89 -> 1.75-1.81 ms.
     RowLines next_k, next_v;
     next_k.start(kp + kBlock, n_next, q8 || kFma ? 64 * k_lines : 0);
     next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
@@ -379,13 +382,16 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       };
       for (int g = 0; g < G; ++g) {
         prefetch_k(g);
-        if (score_w) prefetch_next_n(score_w * pf_step);
 #ifdef OPTX_ATTN_DECODE_AMX
+        // Heads scored on tiles take their share of the next block's lines at once;
+        // scores_fma spreads it over its key groups.
+        if (uniform || q8) prefetch_next_n(score_w * pf_step);
         // Two KV heads at once, each in its own A, B and C tiles (tmm1-2-0 and 5-6-7): a
         // head's scores are one chain of D / 32 dependent tdpbf16ps, and two chains
         // overlap.
         if (uniform && !q8 && g + 1 < G) {
           prefetch_k(g + 1);
+          prefetch_next_n(score_w * pf_step);
           const char* k0 = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
           const char* k1 = k0 + 2 * j.k_goff;
           const uint32_t* q0 = qt + g * D / 2 * R;
@@ -452,7 +458,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         const uint16_t* k[16];
         for (int i = 0; i < 16; ++i) k[i] = static_cast<const uint16_t*>(kp[c0 + std::min(i, nc - 1)]) + g * j.k_goff;
         if constexpr (kFma) {
-          scores_fma<R>(k, qw + g * R * D, D, scale, S + g * R, c0);
+          scores_fma<R>(k, qw + g * R * D, D, scale, S + g * R, c0, [&](int nk) { prefetch_next_n((score_w * pf_step * nk + 15) / 16); });
           continue;
         }
         for (int r = 0; r < R; ++r) {
