@@ -75,6 +75,12 @@ struct Avx512 {
   OPTX_ALWAYS_INLINE static F load(const uint16_t* p, int n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask(n), p)), 16));
   }
+  // 16 dwords of bf16 pairs (x[2i] | x[2i + 1] << 16) -> the even and the odd values as f32:
+  // a shift and a mask, no cross-lane shuffle (bf16 is the top half of an f32).
+  OPTX_ALWAYS_INLINE static void widen_pairs(__m512i v, F& even, F& odd) {
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xffff0000u))));
+  }
   OPTX_ALWAYS_INLINE static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
   OPTX_ALWAYS_INLINE static void store(float* p, F v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   // f32 -> bf16, round to nearest even; NaN becomes a quiet NaN (as f32_to_bf16).

@@ -213,7 +213,6 @@ struct RowLines {
 template <int R, class Pf>
 OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, int64_t D, __m512 scale, float (*S)[kKvBlock], int64_t c0, Pf&& pf) {
   constexpr int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
-  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 part[R][16];
   for (int i0 = 0; i0 < 16; i0 += NK) {
     pf(NK);
@@ -222,11 +221,7 @@ OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, in
       for (int i = 0; i < NK; ++i) a[r][i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d += 32) {
       __m512 ke[NK], ko[NK];
-      for (int i = 0; i < NK; ++i) {
-        const __m512i w = _mm512_loadu_si512(k[i0 + i] + d);
-        ke[i] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-        ko[i] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask));
-      }
+      for (int i = 0; i < NK; ++i) simd_type::widen_pairs(_mm512_loadu_si512(k[i0 + i] + d), ke[i], ko[i]);
       for (int r = 0; r < R; ++r) {
         const __m512 qe = _mm512_load_ps(qw + r * D + d), qo = _mm512_load_ps(qw + r * D + d + 16);
         for (int i = 0; i < NK; ++i) a[r][i] = _mm512_fmadd_ps(qo, ko[i], _mm512_fmadd_ps(qe, ke[i], a[r][i]));
@@ -283,9 +278,10 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   float* qw = o + NR * Dv;
   for (int r = 0; kFma && r < NR; ++r)
     for (int64_t d = 0; d < D; d += 32) {
-      const __m512i w = _mm512_loadu_si512(q[r] + d);
-      _mm512_store_ps(qw + r * D + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-      _mm512_store_ps(qw + r * D + d + 16, _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xffff0000u)))));
+      __m512 e, od;
+      simd_type::widen_pairs(_mm512_loadu_si512(q[r] + d), e, od);
+      _mm512_store_ps(qw + r * D + d, e);
+      _mm512_store_ps(qw + r * D + d + 16, od);
     }
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
@@ -577,7 +573,6 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       });
     }
 #endif
-    const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
     for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
@@ -615,9 +610,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           const uint16_t* vr = static_cast<const uint16_t*>(vp[jj]) + g * j.v_goff + d0;
           __m512 vv[kV];
           for (int v = 0; v < kV; v += 2) {
-            const __m512i w = v < nv ? _mm512_loadu_si512(vr + 16 * v) : _mm512_setzero_si512();
-            vv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-            vv[v + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, hi_mask));
+            simd_type::widen_pairs(v < nv ? _mm512_loadu_si512(vr + 16 * v) : _mm512_setzero_si512(), vv[v], vv[v + 1]);
           }
           for (int r = 0; r < R; ++r) {
             const __m512 pr = _mm512_set1_ps(Sg[r][jj]);

@@ -407,8 +407,11 @@ inline Outcome run_decode(const dispatch::Impl<KernelsFn>& impl, const DecodeCas
   auto at = [](const Stored& t, int64_t b, int64_t i, int64_t h) { return b * t.strides[0] + i * t.strides[1] + h * t.strides[2]; };
   for (size_t i = 0; i < kc.f.size() + kc.h.size(); ++i) kc.set(i, rng.uniform());
   for (size_t i = 0; i < vc.f.size() + vc.h.size(); ++i) vc.set(i, rng.uniform());
-  for (size_t i = 0; c.denormal_every > 0 && i < kc.f.size() + kc.h.size(); i += size_t(c.denormal_every)) kc.set(i, i % 2 ? 1e-39 : -1e-39);
-  for (size_t i = 0; c.denormal_every > 0 && i < vc.f.size() + vc.h.size(); i += size_t(c.denormal_every)) vc.set(i, i % 2 ? -1e-39 : 1e-39);
+  auto denormals = [&](Buf& x, double sign) {  // every denormal_every-th value, alternating signs
+    for (size_t i = 0; c.denormal_every > 0 && i < x.f.size() + x.h.size(); i += size_t(c.denormal_every)) x.set(i, i % 2 ? sign * 1e-39 : -sign * 1e-39);
+  };
+  denormals(kc, 1.0);
+  denormals(vc, -1.0);
   q.fill([&] { return rng.uniform(-2, 2); });
   out.fill([] { return NAN; });  // poisoned
   std::vector<float> lse(size_t(c.B * c.Nq * c.Sq), NAN);

@@ -102,7 +102,6 @@ template <int M, bool kStream>
 void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
-  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
   // An odd kc (last block of an odd K) reads one pair past K: zero in both packed A and B.
@@ -113,9 +112,7 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
-      const __m512i v = _mm512_load_si512(bk + 32 * i);
-      even[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-      odd[i] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+      simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even[i], odd[i]);
     }
     fma_row<M>(c, even, a, k);
     fma_row<M>(c, odd, a, k + 1);
@@ -276,7 +273,6 @@ void gemv4_f32(const Gemv4Args& g) {
 // each 64-column k-pair row is widened once and feeds every row.
 template <int R, int P>
 OPTX_ALWAYS_INLINE void gemv_panels_bf16b(const Gemv4Args& g) {
-  const __m512i hi_mask = _mm512_set1_epi32(int(0xffff0000u));
   __m512 c[P][R][4];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p)
@@ -290,8 +286,8 @@ OPTX_ALWAYS_INLINE void gemv_panels_bf16b(const Gemv4Args& g) {
       prefetch_b(bk, 4);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
-        const __m512i v = _mm512_load_si512(bk + 32 * i);
-        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), odd = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+        __m512 even, odd;
+        simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even, odd);
         for (int r = 0; r < R; ++r) {
           c[p][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(g.a[k * kMR + r]), even, c[p][r][i]);
           c[p][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(g.a[(k + 1) * kMR + r]), odd, c[p][r][i]);
