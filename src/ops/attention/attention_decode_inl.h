@@ -203,15 +203,20 @@ struct RowLines {
 // sum16, 1.44 -> 1.04 ms. From DRAM the gains shrink to 6-15% each: the job is then
 // bound by one core's read rate over 32 KiB blocks at random places (see README).
 // S[r][c0 .. c0 + 15] = scale * q_r . k_i for 16 keys (k: their rows at this KV head's
-// slice) by f32 FMAs: each K row widened by a shift and a mask (even and odd columns of
-// a 32-value chunk), qw the q rows widened once per job in that order (row stride D).
+// slice) by f32 FMAs: each bf16 K row widened by a shift and a mask (even and odd columns
+// of a 32-value chunk), qw the q rows widened once per job in that order (row stride D).
+// An int8 K row (T = int8_t) widens by vpmovsxbd + vcvtdq2ps in natural column order
+// (qw in that order too) and its key's scale (kscale[i]) multiplies the score.
 // On cores where vdpbf16ps takes both FMA ports for two cycles (Intel: half the
 // multiply-adds of an FMA and nothing issues beside it), 2 FMAs per 32 values per row
 // plus 2 widening uops shared by the rows cost 8 + 8 / R port slots where the dot
-// product cost 16. Keys in groups of NK so that R x NK accumulators (10-16) cover the
-// FMA's latency without spilling; sum16 then folds each row's 16 partial vectors.
-template <int R, class Pf>
-OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, int64_t D, __m512 scale, float (*S)[kKvBlock], int64_t c0, Pf&& pf) {
+// product cost 16 (int8: 4 widening uops, 8 + 16 / R). Keys in groups of NK so that
+// R x NK accumulators (10-16) cover the FMA's latency without spilling; sum16 then folds
+// each row's 16 partial vectors.
+template <int R, class T, class Pf>
+OPTX_ALWAYS_INLINE void scores_fma(const T* const* k, const float* qw, int64_t D, __m512 scale, const float* kscale,
+                                   float (*S)[kKvBlock], int64_t c0, Pf&& pf) {
+  static_assert(std::is_same_v<T, uint16_t> || std::is_same_v<T, int8_t>);
   constexpr int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
   __m512 part[R][16];
   for (int i0 = 0; i0 < 16; i0 += NK) {
@@ -221,7 +226,14 @@ OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, in
       for (int i = 0; i < NK; ++i) a[r][i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d += 32) {
       __m512 ke[NK], ko[NK];
-      for (int i = 0; i < NK; ++i) simd_type::widen_pairs(_mm512_loadu_si512(k[i0 + i] + d), ke[i], ko[i]);
+      for (int i = 0; i < NK; ++i) {
+        if constexpr (std::is_same_v<T, uint16_t>) {
+          simd_type::widen_pairs(_mm512_loadu_si512(k[i0 + i] + d), ke[i], ko[i]);
+        } else {
+          ke[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[i0 + i] + d))));
+          ko[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k[i0 + i] + d + 16))));
+        }
+      }
       for (int r = 0; r < R; ++r) {
         const __m512 qe = _mm512_load_ps(qw + r * D + d), qo = _mm512_load_ps(qw + r * D + d + 16);
         for (int i = 0; i < NK; ++i) a[r][i] = _mm512_fmadd_ps(qo, ko[i], _mm512_fmadd_ps(qe, ke[i], a[r][i]));
@@ -230,6 +242,7 @@ OPTX_ALWAYS_INLINE void scores_fma(const uint16_t* const* k, const float* qw, in
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < NK; ++i) part[r][i0 + i] = a[r][i];
   }
+  if constexpr (std::is_same_v<T, int8_t>) scale = _mm512_mul_ps(scale, _mm512_loadu_ps(kscale));
   for (int r = 0; r < R; ++r) _mm512_store_ps(&S[r][c0], _mm512_mul_ps(sum16(part[r]), scale));
 }
 
@@ -255,18 +268,19 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   const auto [lo, hi] = job_keys(c, j, NR);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
-#ifdef OPTX_ATTN_DECODE_AMX
-  // i8 K / V caches: scores by TDPBSSD straight from the K rows against q in two int8
-  // halves, P . V on the int8 V rows widened to f32; the keys' scales multiply the scores
-  // and fold into p. Nothing is dequantised into staging (the ring space holds this
-  // path's buffers).
+  // i8 K / V caches (q8) are read as int8, nothing dequantised into staging: scores
+  // straight from the K rows, by TDPBSSD against q in two int8 halves where AMX-INT8
+  // runs them (q8_tiles; the ring space holds that path's buffers), else by widened FMAs
+  // against q in f32 (scores_fma); P . V on the int8 V rows widened to f32. The keys'
+  // scales multiply the scores and fold into p. Where the dot-product kernel runs
+  // (!kFma) the rows are dequantised to bf16 by rows() instead.
   const I8Kv& x8 = j.kv.i8;
+  const bool q8 = kFma && x8.k && x8.v;
+#ifdef OPTX_ATTN_DECODE_AMX
   static const bool amx_int8 = cpu_features().amx_int8;
-  const bool q8 = x8.k && x8.v && amx_int8 && D % 64 == 0;
-  alignas(64) float ksc[2 * kBlock] = {}, vsc[2 * kBlock] = {};
-#else
-  constexpr bool q8 = false;
+  const bool q8_tiles = q8 && amx_int8 && D % 64 == 0;
 #endif
+  alignas(64) float ksc[2 * kBlock] = {}, vsc[2 * kBlock] = {};
   // Lines of one cache row (all KV heads' slices) and one KV head's share of them.
   const int64_t es = q8 ? 1 : 2;
   const int64_t k_lines = ((G - 1) * j.k_goff * es + D * es + 63) / 64;
@@ -275,11 +289,17 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   const __m512 scale = _mm512_set1_ps(c.scale);
   // kFma: the q rows widened for scores_fma ([NR][D] after O; the AMX unit's Q^T, which
   // takes the same room, is built after them and serves only the AMX tiles).
+  // An int8 K cache's scores widen K in natural column order, so q is widened so too.
   float* qw = o + NR * Dv;
   for (int r = 0; kFma && r < NR; ++r)
     for (int64_t d = 0; d < D; d += 32) {
       __m512 e, od;
-      simd_type::widen_pairs(_mm512_loadu_si512(q[r] + d), e, od);
+      if (q8) {
+        e = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + d))), 16));
+        od = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + d + 16))), 16));
+      } else {
+        simd_type::widen_pairs(_mm512_loadu_si512(q[r] + d), e, od);
+      }
       _mm512_store_ps(qw + r * D + d, e);
       _mm512_store_ps(qw + r * D + d + 16, od);
     }
@@ -310,7 +330,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   int32_t* ql = nullptr;
   int8_t* kst8 = nullptr;
   float qs[kMaxRows];
-  if (q8) {
+  if (q8_tiles) {
     qh = reinterpret_cast<int32_t*>(x8.stage);
     ql = qh + G * D / 4 * R;
     kst8 = reinterpret_cast<int8_t*>(ql + G * D / 4 * R);
@@ -328,9 +348,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   const __m512i st_rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(R));
 #endif
   auto fetch = [&](int64_t j0, int64_t cnt, int at) {
-#ifdef OPTX_ATTN_DECODE_AMX
     if (q8) return j.kv.planes(j0, cnt, kp + at, vp + at, ksc + at, vsc + at, DequantRow{});
-#endif
     j.kv.rows(j0, cnt, true, kp + at, vp + at, DequantRow{});
   };
   if (lo < hi) fetch(lo, std::min(kBlock, hi - lo), 0);
@@ -353,7 +371,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     // share issued per key group instead of per head (bursts of 64 lines stall on the 16
     // L1 fill buffers while the FMAs wait behind them) 1.87-1.89 -> 1.75-1.81 ms.
     RowLines next_k, next_v;
-    next_k.start(kp + kBlock, n_next, q8 || kFma ? 64 * k_lines : 0);
+    next_k.start(kp + kBlock, n_next, kFma ? 64 * k_lines : 0);
     next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
     constexpr int64_t score_w = kFma ? 4 : 0;
     const int64_t pf_steps = int64_t(G) * ((Dv + kCh - 1) / kCh) * ((n + kPfEvery - 1) / kPfEvery) + score_w * G * ((n + 15) / 16);
@@ -381,7 +399,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #ifdef OPTX_ATTN_DECODE_AMX
         // Heads scored on tiles take their share of the next block's lines at once;
         // scores_fma spreads it over its key groups.
-        if (uniform || q8) prefetch_next_n(score_w * pf_step);
+        if ((uniform && !q8) || q8_tiles) prefetch_next_n(score_w * pf_step);
         // Two KV heads at once, each in its own A, B and C tiles (tmm1-2-0 and 5-6-7): a
         // head's scores are one chain of D / 32 dependent tdpbf16ps, and two chains
         // overlap.
@@ -414,7 +432,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         }
 #endif
 #ifdef OPTX_ATTN_DECODE_AMX
-        if (q8) {
+        if (q8_tiles) {
           int64_t ks8;
           const int8_t* kbase = tile_rows(kp + c0, nc, size_t(g * j.k_goff), size_t(D), kst8, &ks8);
           _tile_zero(0);
@@ -437,7 +455,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           }
           continue;
         }
-        if (uniform) {
+        if (uniform && !q8) {
           const char* kbase = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
           _tile_zero(0);
           for (int64_t d = 0; d < D; d += 32) {
@@ -451,10 +469,17 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           continue;
         }
 #endif
+        const auto pf = [&](int nk) { prefetch_next_n((score_w * pf_step * nk + 15) / 16); };
+        if (q8) {
+          const int8_t* k8[16];
+          for (int i = 0; i < 16; ++i) k8[i] = static_cast<const int8_t*>(kp[c0 + std::min(i, nc - 1)]) + g * j.k_goff;
+          scores_fma<R>(k8, qw + g * R * D, D, scale, ksc + c0, S + g * R, c0, pf);
+          continue;
+        }
         const uint16_t* k[16];
         for (int i = 0; i < 16; ++i) k[i] = static_cast<const uint16_t*>(kp[c0 + std::min(i, nc - 1)]) + g * j.k_goff;
         if constexpr (kFma) {
-          scores_fma<R>(k, qw + g * R * D, D, scale, S + g * R, c0, [&](int nk) { prefetch_next_n((score_w * pf_step * nk + 15) / 16); });
+          scores_fma<R>(k, qw + g * R * D, D, scale, nullptr, S + g * R, c0, pf);
           continue;
         }
         for (int r = 0; r < R; ++r) {
@@ -509,10 +534,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       }
       st.l += _mm512_reduce_add_ps(sum);
       mrow[r] = st.m, lrow[r] = st.l;
-#ifdef OPTX_ATTN_DECODE_AMX
       if (q8)  // V enters as its int8 values: p carries the key's scale
         for (int64_t jj = 0; jj < n; jj += 16) _mm512_store_ps(s + jj, _mm512_mul_ps(_mm512_load_ps(s + jj), _mm512_loadu_ps(vsc + jj)));
-#endif
     }
     // P . V reads a kCh-column piece of each key's V row per pass (KV head g, columns d0
     // on) and prefetches the piece kPvAhead keys on into L1, running into the next pass
@@ -545,7 +568,6 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       const Piece first = piece(0);
       for (int64_t jj = 0; jj < std::min(kPvAhead, n); ++jj) prefetch_piece(first, jj);
     }
-#ifdef OPTX_ATTN_DECODE_AMX
     for (int g = 0; q8 && any && g < G; ++g) {  // int8 V: natural column order
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
@@ -572,7 +594,6 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           for (int v = 0; v < nv; ++v) _mm512_storeu_ps(og + r * Dv + d0 + 16 * v, acc[r][v]);
       });
     }
-#endif
     for (int g = 0; !q8 && any && g < G; ++g) {
       float* og = o + g * R * Dv;
       const float(*Sg)[kBlock] = S + g * R;
@@ -629,9 +650,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     prefetch_next_n(INT64_MAX);  // blocks with nothing visible ran no P . V
     std::copy(kp + kBlock, kp + kBlock + n_next, kp);
     std::copy(vp + kBlock, vp + kBlock + n_next, vp);
-#ifdef OPTX_ATTN_DECODE_AMX
     if (q8) std::copy(ksc + kBlock, ksc + kBlock + n_next, ksc), std::copy(vsc + kBlock, vsc + kBlock + n_next, vsc);
-#endif
   }
 #ifdef OPTX_ATTN_DECODE_AMX
   _tile_release();
