@@ -10,6 +10,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "numerics/denormals.h"
+
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
 
@@ -658,20 +660,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   finish_rows(c, j, mrow, lrow, o);
 }
 
-// The widened-FMA kernel runs with denormals as zero (MXCSR DAZ and FTZ, restored after):
-// on Intel an FMA with a denormal input takes a microcode assist, and a V cache holding
-// one bf16 denormal in 2000 values ran P . V at 25 instead of 7.4 cycles per key and
-// pass (one core, cache in L2). vdpbf16ps treats denormals as zero anyway, so both
-// kernels agree on such inputs.
-struct DenormalsAsZero {
-  unsigned saved = _mm_getcsr();
-  DenormalsAsZero() { _mm_setcsr(saved | 0x8040u); }
-  ~DenormalsAsZero() { _mm_setcsr(saved); }
-};
-
+// The widened-FMA kernel runs with denormals as zero (numerics/denormals.h): an FMA with
+// a denormal input takes a microcode assist on Intel, and vdpbf16ps treats them as zero.
 template <bool kFma>
 void run_decode_t(const Config& c, const Job& j, float* scratch) {
-  [[maybe_unused]] std::conditional_t<kFma, DenormalsAsZero, std::false_type> daz;
+  const numerics::DenormalsAsZero daz(kFma);
   switch (j.nrows / j.groups) {
     case 1: return run_job_decode<1, kFma>(c, j, scratch);
     case 2: return run_job_decode<2, kFma>(c, j, scratch);

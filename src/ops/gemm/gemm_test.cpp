@@ -1,6 +1,7 @@
 // GEMM: every implementation the host can run (capped by OPTX_MAX_ISA) against the
 // double-precision definition, on edge shapes; bad inputs -> Status naming the argument.
 #include <gtest/gtest.h>
+#include <xmmintrin.h>
 #include <omp.h>
 
 #include <cstdlib>
@@ -244,6 +245,56 @@ TEST(Gemm, NonFiniteInputsPropagate) {
     }
   }
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+// bf16 weights count denormals as zero in every optimised implementation: vdpbf16ps and
+// AMX do so by definition, and the widened-FMA kernels run with MXCSR DAZ / FTZ to agree
+// with them (and to avoid a microcode assist per denormal input). A weight of 2^-130 times
+// an activation of 2^100 would be 2^-30 per term if kept, so C must be exactly 0 there; one
+// normal weight row shows the rest of the call computed. The caller's MXCSR modes (rounding,
+// DAZ / FTZ, exception masks) must be back after the call, on one and two threads, through
+// the streaming GEMV (unpacked, few rows), the pack-once path and the blocked kernels.
+TEST(Gemm, Bf16DenormalWeightsCountAsZeroAndTheCallersMxcsr) {
+  const int64_t N = 130, K = 70, live = 5;  // B row `live` holds 1.0
+  const unsigned modes = 0xffc0u;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto* impl : registry().runnable()) {
+      if (std::string(impl->name) == "reference") continue;  // the definition: IEEE arithmetic
+      for (int64_t M : {1, 2, 3, 7, 16})
+        for (int layout = 0; layout < 3; ++layout)  // packed, unpacked [N, K], unpacked [K, N]
+          for (DType at : {DType::kF32, DType::kBF16}) {
+            std::vector<uint16_t> b(size_t(N * K), 0x0008);  // 8 * 2^-133 = 2^-130, a bf16 denormal
+            for (int64_t k = 0; k < K; ++k) b[size_t(layout == 2 ? k * N + live : live * K + k)] = 0x3f80;
+            std::vector<float> af(size_t(M * K), 0x1p100f);
+            std::vector<uint16_t> ab(size_t(M * K), 0x7180);  // 2^100
+            std::vector<float> c(size_t(M * N), std::numeric_limits<float>::quiet_NaN());
+            PackedWeights pw;
+            GemmParams p{.a = at == DType::kF32 ? make_view(af.data(), at, {M, K}) : make_view(ab.data(), at, {M, K}),
+                         .c = make_view(c.data(), DType::kF32, {M, N})};
+            if (layout == 0) {
+              ASSERT_TRUE(pack_weights({.w = make_view(b.data(), DType::kBF16, {N, K})}, &pw).ok());
+              p.packed_b = &pw[0];
+            } else {
+              p.b = layout == 1 ? make_view(b.data(), DType::kBF16, {N, K}) : make_view(b.data(), DType::kBF16, {K, N});
+              p.b_kn = layout == 2;
+            }
+            std::vector<uint8_t> ws(gemm_workspace_size(p) + 64);
+            const unsigned before = _mm_getcsr() & modes;
+            ASSERT_TRUE(run_impl(*impl, p, {ws.data(), ws.size()}).ok()) << impl->name;
+            EXPECT_EQ(_mm_getcsr() & modes, before) << impl->name << " M=" << M << " layout " << layout;
+            int wrong = 0;
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n)
+                wrong += c[size_t(m * N + n)] != (n == live ? float(K) * 0x1p100f : 0.0f);
+            EXPECT_EQ(wrong, 0) << impl->name << " threads=" << threads << " M=" << M << " layout " << layout << " a "
+                                << dtype_name(at) << ": C[0][0]=" << c[0];
+          }
+    }
+  }
+  set_num_threads(0);
+}
+#endif
 
 // Decode shapes (M <= 6) claim panels from a shared cursor, so which thread computes a
 // panel changes from call to call; the results must not.
