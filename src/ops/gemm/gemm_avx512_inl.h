@@ -231,98 +231,98 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 
 #undef OPTX_DISPATCH_M
 
-// Single-row decode over four panels at once (256 output channels, 16 accumulators): four
-// DRAM streams per core instead of one, and 16 independent FMA chains to hide the i8
-// widening latency. Measured at M = 1, N = K = 4096, 2 threads, alternating runs: i8
-// 0.72 ms vs 0.84 ms per panel; bf16 gained nothing (1.39-1.59 vs 1.27-1.44 ms, it already
-// runs at the read ceiling). Each stream is also prefetched 4 KiB ahead (prefetch_b):
-// i8 17-20 -> 17-25 GB/s over four alternating runs, bf16 39.5 -> 42.2 (a later stop); 8 KiB,
-// or a second run-ahead 32 KiB into L2, did no better. A is the packed [k][kMR]
-// micro-panel; acc holds 4 x 64 results.
-template <class Widen>
-OPTX_ALWAYS_INLINE void gemv4_body(const Gemv4Args& g, Widen widen, int64_t step) {
-  __m512 c[4][4];
-#pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p)
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[p][i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < g.kc; k += step) widen(k, c);
-#pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p)
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + p * kNR + 16 * i, c[p][i]);
+// Decode (one to three rows of A) reads its panels one after another, each as a single
+// sequential stream prefetched twice: into L1 4 KiB ahead (prefetch_b) and into L2
+// kStreamL2Bytes ahead. One stream per core is what the L2 streamer follows best; the
+// L1 prefetches alone are capped by the line fill buffers, and the L2 run-ahead keeps
+// more lines in flight than those hold. Measured on the Emerald Rapids VM (M = 1,
+// N = K = 4096, 2 threads, weights rotated past the LLC, variants alternating call by
+// call): bf16 four panels read in step (four streams, L1 prefetch only) 25.0 GB/s, one
+// panel at a time 31.9, plus the L2 run-ahead 35.5-36.1 (16-64 KiB alike; AMX on the
+// same call 35.5); int8 24.3 -> 27.5 -> 31.7. (An earlier machine, without the L2
+// run-ahead, measured four streams ahead for int8: 0.72 vs 0.84 ms; they lose here.) The
+// summation order is each panel's k order as before, so results are bitwise unchanged.
+constexpr int64_t kStreamL2Bytes = 16384;
+OPTX_ALWAYS_INLINE void prefetch_stream(const void* at, int lines) {
+  prefetch_b(at, lines);
+  const char* p = static_cast<const char*>(at) + kStreamL2Bytes;
+  for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
 }
 
-void gemv4_f32(const Gemv4Args& g) {
-  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {
-    const __m512 av = _mm512_set1_ps(g.a[k * kMR]);
+// f32 weights, one row: acc[0, 64) = a . panel. A is the packed [k][kMR] micro-panel.
+void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
+  __m512 c[4];
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const float* bk = static_cast<const float*>(g.b[p]) + k * kNR;
+  for (int i = 0; i < 4; ++i) c[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 av = _mm512_set1_ps(a[k * kMR]);
+    const float* bk = b + k * kNR;
+    prefetch_stream(bk, 4);
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) c[p][i] = _mm512_fmadd_ps(av, _mm512_load_ps(bk + 16 * i), c[p][i]);
-    }
-  }, 1);
+    for (int i = 0; i < 4; ++i) c[i] = _mm512_fmadd_ps(av, _mm512_load_ps(bk + 16 * i), c[i]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + 16 * i, c[i]);
 }
 
-// bf16 weights, R rows of A against P panels (acc: panel q's rows at acc + q * R * 64).
-// gemv4_bf16b is 1 x 4. Two and three rows take two panels (gemv2_bf16b), so two DRAM
-// streams per core instead of the 6-row kernel's one panel after the other: serial
-// 2816 x 2048 bf16, weights past the LLC, one thread: M = 1 (1 x 4) 18.0-18.3 GB/s,
-// M = 2 and 3 on the 6-row kernel 12.7-13.4. R x P x 4 accumulators (24 zmm at 3 x 2);
-// each 64-column k-pair row is widened once and feeds every row.
-template <int R, int P>
-OPTX_ALWAYS_INLINE void gemv_panels_bf16b(const Gemv4Args& g) {
-  __m512 c[P][R][4];
+// int8 weights, one row (per-channel scales applied by the epilogue).
+void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) {
+  __m512 c[4];
 #pragma GCC unroll 4
-  for (int p = 0; p < P; ++p)
-    for (int r = 0; r < R; ++r)
+  for (int i = 0; i < 4; ++i) c[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 av = _mm512_set1_ps(a[k * kMR]);
+    const int8_t* bk = b + k * kNR;
+    prefetch_stream(bk, 1);
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) c[p][r][i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < g.kc; k += 2) {  // k even; odd K reads the zero pad
+    for (int i = 0; i < 4; ++i)
+      c[i] = _mm512_fmadd_ps(
+          av, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i)))),
+          c[i]);
+  }
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const uint16_t* bk = static_cast<const uint16_t*>(g.b[p]) + k * kNR;
-      prefetch_b(bk, 4);
+  for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + 16 * i, c[i]);
+}
+
+// bf16 weights, R rows of A (acc: R x 64). Each 64-column k-pair row is widened once and
+// feeds every row.
+template <int R>
+void gemv1_bf16b(const float* a, const uint16_t* b, int64_t kc, float* acc) {
+  __m512 c[R][4];
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512 even, odd;
-        simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even, odd);
-        for (int r = 0; r < R; ++r) {
-          c[p][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(g.a[k * kMR + r]), even, c[p][r][i]);
-          c[p][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(g.a[(k + 1) * kMR + r]), odd, c[p][r][i]);
-        }
+    for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; k += 2) {  // k even; odd K reads the zero pad
+    const uint16_t* bk = b + k * kNR;
+    prefetch_stream(bk, 4);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      __m512 even, odd;
+      simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even, odd);
+      for (int r = 0; r < R; ++r) {
+        c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), even, c[r][i]);
+        c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(k + 1) * kMR + r]), odd, c[r][i]);
       }
     }
   }
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int p = 0; p < P; ++p)
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + (p * R + r) * kNR + 16 * i, c[p][r][i]);
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
 }
 
-void gemv4_bf16b(const Gemv4Args& g) { gemv_panels_bf16b<1, 4>(g); }
+// The decode entry points: panel q's R x 64 results at acc + q * R * 64.
+void gemv4_f32(const Gemv4Args& g) {
+  for (int q = 0; q < 4; ++q) gemv1_f32(g.a, static_cast<const float*>(g.b[q]), g.kc, g.acc + q * kNR);
+}
+void gemv4_i8b(const Gemv4Args& g) {
+  for (int q = 0; q < 4; ++q) gemv1_i8b(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * kNR);
+}
+void gemv4_bf16b(const Gemv4Args& g) {
+  for (int q = 0; q < 4; ++q) gemv1_bf16b<1>(g.a, static_cast<const uint16_t*>(g.b[q]), g.kc, g.acc + q * kNR);
+}
 template <int R>
 void gemv2_bf16b(const Gemv4Args& g) {
-  gemv_panels_bf16b<R, 2>(g);
-}
-
-void gemv4_i8b(const Gemv4Args& g) {
-  gemv4_body(g, [&](int64_t k, __m512 (&c)[4][4]) {
-    const __m512 av = _mm512_set1_ps(g.a[k * kMR]);
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const int8_t* bk = static_cast<const int8_t*>(g.b[p]) + k * kNR;
-      prefetch_b(bk, 1);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i)
-        c[p][i] = _mm512_fmadd_ps(
-            av,
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i)))),
-            c[p][i]);
-    }
-  }, 1);
+  for (int q = 0; q < 2; ++q) gemv1_bf16b<R>(g.a, static_cast<const uint16_t*>(g.b[q]), g.kc, g.acc + q * R * kNR);
 }
 
 }  // namespace
