@@ -402,8 +402,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
       pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, false, af);
     const int64_t up = pl.swiglu ? pl.out_panels : 0;  // SwiGLU: up panel of output j is j + up
     auto packed_scales = [&](int64_t jb) { return bt == DType::kI8 ? p.packed_b->scales + jb * kNR : nullptr; };
-    // Single-row decode on packed weights: four panels per call, four DRAM streams (with
-    // SwiGLU: gate j, j+1 and up j, j+1, so two outputs per call).
+    // Single-row decode on packed weights: four panels per call (with SwiGLU: gate j, j+1
+    // and up j, j+1, so two outputs per call), read as streams the kernel unit chooses
+    // (AVX2: each panel as four quarter streams; AVX-512: one panel after another, each
+    // one stream with an L2 run-ahead).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
     const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp && !strip_layout;  // gemv4 reads [K][64] panels
     auto run_gemv4 = [&](int64_t j) {
@@ -418,8 +420,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           epilogue_panel(p, pl.n_out, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
       }
     };
-    // Two and three rows on bf16 packed weights: two panels per call, two DRAM streams
-    // (with SwiGLU: gate j and up j, one output per call). Serial 2816 x 2048, alternating
+    // Two and three rows on bf16 packed weights: two panels per call (with SwiGLU: gate j
+    // and up j, one output per call), first read as two DRAM streams in step (AVX-512 now
+    // reads them one after another, as its single-row kernel). Serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds

@@ -249,39 +249,33 @@ OPTX_ALWAYS_INLINE void prefetch_stream(const void* at, int lines) {
   for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
 }
 
-// f32 weights, one row: acc[0, 64) = a . panel. A is the packed [k][kMR] micro-panel.
-void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
+// f32 or int8 weights, one row: acc[0, 64) = a . panel, where widen(bk, i) gives columns
+// [16i, 16i + 16) of k row bk as floats (int8: the epilogue applies the channel scales).
+// A is the packed [k][kMR] micro-panel; `lines` is a k row's 64-byte lines.
+template <class T, class Widen>
+OPTX_ALWAYS_INLINE void gemv1_row(const float* a, const T* b, int64_t kc, float* acc, int lines, Widen widen) {
   __m512 c[4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) c[i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 av = _mm512_set1_ps(a[k * kMR]);
-    const float* bk = b + k * kNR;
-    prefetch_stream(bk, 4);
+    const T* bk = b + k * kNR;
+    prefetch_stream(bk, lines);
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[i] = _mm512_fmadd_ps(av, _mm512_load_ps(bk + 16 * i), c[i]);
+    for (int i = 0; i < 4; ++i) c[i] = _mm512_fmadd_ps(av, widen(bk, i), c[i]);
   }
 #pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + 16 * i, c[i]);
 }
 
-// int8 weights, one row (per-channel scales applied by the epilogue).
+void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
+  gemv1_row(a, b, kc, acc, 4, [](const float* bk, int i) { return _mm512_load_ps(bk + 16 * i); });
+}
+
 void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) {
-  __m512 c[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) c[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 av = _mm512_set1_ps(a[k * kMR]);
-    const int8_t* bk = b + k * kNR;
-    prefetch_stream(bk, 1);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i)
-      c[i] = _mm512_fmadd_ps(
-          av, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i)))),
-          c[i]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + 16 * i, c[i]);
+  gemv1_row(a, b, kc, acc, 1, [](const int8_t* bk, int i) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
+  });
 }
 
 // bf16 weights, R rows of A (acc: R x 64). Each 64-column k-pair row is widened once and
