@@ -14,6 +14,10 @@
 #endif
 
 namespace optx::numerics {
+// Unnamed namespace: ISA units and generic code each compile this with their own flags;
+// an inline member with external linkage would be one weak symbol the linker picks from
+// any of them (the isa_symbols test rejects that).
+namespace {
 
 class DenormalsAsZero {
  public:
@@ -42,4 +46,5 @@ class DenormalsAsZero {
   bool set_ = false;
 };
 
+}  // namespace
 }  // namespace optx::numerics
