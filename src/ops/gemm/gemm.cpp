@@ -691,7 +691,7 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv)
     g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
     // The group's first column: along a B row ([K, N]) or its first B row ([N, K]).
     g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR * (p.b_kn ? 1 : p.b.strides[0])) * esize;
-    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc;
+    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc, g.l2_ahead = kt.gemv_l2_ahead;
     gemv(g);
     for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
   }

@@ -528,18 +528,26 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
 // M rows of A against NB rows of B at a time (M x NB accumulators of 8 lanes, at most 8:
 // the B rows stream from DRAM, and 4 of them in flight keep one core's prefetchers busy).
 // Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
-template <int M, int NB, class TA, class TB>
-void gemv_rows_t(const GemvRowsArgs& g) {
+// kAhead (AVX-512 hosts, KernelTable::gemv_l2_ahead): the call's next NB rows go into L2
+// a line per row as this group's loads cross one, so the L2 holds more lines in flight
+// than the L1 fill buffers alone (the packed decode kernels' run-ahead; gemm README).
+// Zen 3, where this unit is the whole path, keeps the hardware prefetchers alone.
+template <int M, int NB, bool kAhead, class TA, class TB>
+void gemv_rows_pass(const GemvRowsArgs& g) {
   const TA* a = static_cast<const TA*>(g.a);
   const int64_t K8 = g.K / 8 * 8;
+  constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
     const int nb = std::min(NB, g.nb - n0);
     const TB* b[NB];
     for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
+    const int ahead = kAhead ? std::clamp(g.nb - n0 - NB, 0, NB) : 0;  // next rows inside this call
     __m256 c[M][NB];
     for (auto& row : c)
       for (auto& x : row) x = _mm256_setzero_ps();
     for (int64_t k = 0; k < K8; k += 8) {
+      if (kAhead && k % kLine == 0)
+        for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
       __m256 bv[NB];
       for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);
       for (int r = 0; r < M; ++r) {
@@ -554,6 +562,12 @@ void gemv_rows_t(const GemvRowsArgs& g) {
         g.acc[r * kNR + n0 + j] = sum;
       }
   }
+}
+
+template <int M, int NB, class TA, class TB>
+void gemv_rows_t(const GemvRowsArgs& g) {
+  if (g.l2_ahead) gemv_rows_pass<M, NB, true, TA, TB>(g);
+  else gemv_rows_pass<M, NB, false, TA, TB>(g);
 }
 
 template <class TA, class TB>
