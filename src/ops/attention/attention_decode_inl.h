@@ -64,6 +64,8 @@ void finish_rows(const Config& c, const Job& j, const float* mrow, const float* 
 }
 
 #ifdef OPTX_ATTN_DECODE_AMX
+constexpr int kFmaScoreRows = 4;  // bf16 scores of up to this many rows per KV head: scores_fma, not tiles
+
 // 16 keys' rows as one AMX A tile: the first row, and the rows' stride, when all 16 exist
 // (n of them do) and sit at one stride (a paged block of >= 16 slots); else null.
 const char* uniform_rows(const void* const* rows, int64_t n, int64_t* stride) {
@@ -188,10 +190,10 @@ struct RowLines {
 // every KV head, so the job reads whole rows in address order, and the next 16 keys' K
 // rows are prefetched a KV head's share at a time; V is prefetched into L2 a block ahead
 // (next_v) and into L1 by P . V itself (pv_prefetch).
-//   scores   AMX unit, when the 16 K rows sit at one stride (a paged block of >= 16
-//            slots): S^T[16 keys][R] = K . Q^T, the A tile loaded straight from the
-//            cache rows, the B tiles Q^T in pairs built once per job; 4 TDPBF16PS per
-//            128 of D, two KV heads at a time. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
+//   scores   AMX unit, above kFmaScoreRows rows per KV head and when the 16 K rows sit
+//            at one stride (a paged block of >= 16 slots): S^T[16 keys][R] = K . Q^T,
+//            the A tile loaded straight from the cache rows, the B tiles Q^T in pairs
+//            built once per job; 4 TDPBF16PS per 128 of D, two KV heads at a time. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
 //            against the raw K rows into 16 accumulators, then one sum16.
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
 //   P . V    a column chunk of every row held in registers for the whole block
@@ -307,11 +309,13 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     }
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
+  // A job that scores no head on tiles leaves the tile state alone (no Q^T, no config).
+  const bool any_tiles = q8_tiles || (!q8 && R > kFmaScoreRows);
   uint32_t* qt = reinterpret_cast<uint32_t*>(qw + NR * D);
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; any_tiles && g < G; ++g)
     for (int64_t p = 0; p < D / 2; ++p)
       for (int r = 0; r < R; ++r) std::memcpy(&qt[(g * D / 2 + p) * R + r], q[g * R + r] + 2 * p, 4);
-  {
+  if (any_tiles) {
     TileConfig cfg{};
     cfg.palette_id = 1;
     cfg.rows[0] = 16, cfg.colsb[0] = uint16_t(4 * R);  // C: S^T[16 keys][R]
@@ -387,9 +391,15 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       const int npf = int(std::min<int64_t>(16, n + n_next - c0 - 16));  // next chunk's keys
 #ifdef OPTX_ATTN_DECODE_AMX
       // AMX loads the 16 K rows as one tile when they sit at one stride (a paged block
-      // of >= 16 slots holds the whole chunk).
+      // of >= 16 slots holds the whole chunk). bf16 scores go to tiles only above
+      // kFmaScoreRows rows per KV head: below, the tile loads (16 K lines and a Q^T tile
+      // per 32 of D and head) cost more than scores_fma's widened FMAs, which take the K
+      // lines the FMA kernel streams anyway (Emerald Rapids, B = 1, 32 / 8 heads, D = 128,
+      // cold, three alternating rounds: ctx 8k 16.4-18.1 -> 19.5-20.2 GB/s, 32k 17.9-19.2
+      // -> 20.2-21.3; Sq = 2, 8 rows, stays on tiles: 8.2 against 10.2 ms).
       int64_t kstride;
       const bool uniform = uniform_rows(kp + c0, nc, &kstride) != nullptr;
+      const bool bf16_tiles = uniform && !q8 && R > kFmaScoreRows;
 #endif
       const auto prefetch_k = [&](int g) {  // KV head g's share of the next chunk's K lines
         const int64_t kl0 = std::min(k_lines, g * k_share), kl1 = std::min(k_lines, kl0 + k_share);
@@ -401,11 +411,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #ifdef OPTX_ATTN_DECODE_AMX
         // Heads scored on tiles take their share of the next block's lines at once;
         // scores_fma spreads it over its key groups.
-        if ((uniform && !q8) || q8_tiles) prefetch_next_n(score_w * pf_step);
+        if (bf16_tiles || q8_tiles) prefetch_next_n(score_w * pf_step);
         // Two KV heads at once, each in its own A, B and C tiles (tmm1-2-0 and 5-6-7): a
         // head's scores are one chain of D / 32 dependent tdpbf16ps, and two chains
         // overlap.
-        if (uniform && !q8 && g + 1 < G) {
+        if (bf16_tiles && g + 1 < G) {
           prefetch_k(g + 1);
           prefetch_next_n(score_w * pf_step);
           const char* k0 = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
@@ -457,7 +467,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           }
           continue;
         }
-        if (uniform && !q8) {
+        if (bf16_tiles) {
           const char* kbase = static_cast<const char*>(kp[c0]) + 2 * g * j.k_goff;
           _tile_zero(0);
           for (int64_t d = 0; d < D; d += 32) {
@@ -655,7 +665,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     if (q8) std::copy(ksc + kBlock, ksc + kBlock + n_next, ksc), std::copy(vsc + kBlock, vsc + kBlock + n_next, vsc);
   }
 #ifdef OPTX_ATTN_DECODE_AMX
-  _tile_release();
+  if (any_tiles) _tile_release();
 #endif
   finish_rows(c, j, mrow, lrow, o);
 }
