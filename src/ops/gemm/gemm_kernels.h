@@ -102,7 +102,7 @@ struct GemvRowsArgs {
   int64_t ldb;
   DType b_dtype;
   float* acc;     // m x kNR
-  bool l2_ahead = false;  // gemv_rows: prefetch the next rows into L2 (KernelTable::gemv_l2_ahead)
+  bool l2_ahead = false;  // prefetch the next rows (gemv_rows) or wide blocks (gemv_kn) into L2 (KernelTable::gemv_l2_ahead)
 };
 
 inline constexpr int kGemv2MaxRows = 6;  // rows of the two-panel decode kernels (KernelTable)
@@ -150,7 +150,7 @@ struct KernelTable {
   // returns false and writes nothing.
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
-  bool gemv_l2_ahead = false;  // gemv_rows runs the next B rows into L2 ahead of its loads
+  bool gemv_l2_ahead = false;  // gemv_rows / gemv_kn run the next B rows into L2 ahead of their loads
   void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
   // Optional: pack_panel for an unpacked bf16 B with unit inner stride, the same bytes;
   // other dtypes or strides: returns false and writes nothing.
@@ -181,8 +181,9 @@ const KernelTable& kernels_amx();
 // t with the AVX2 unit's unpacked-B paths (gemv_rows, gemv_kn, pack_pairs), for the wider
 // units, which have none of their own: every AVX-512 CPU runs AVX2 code, and without them
 // a call against unpacked weights packed B element by element first (~1 GB/s). On these
-// hosts gemv_rows also runs the next B rows into L2 (Emerald Rapids, bf16 M = 1 / 2 / 4,
-// N = K = 4096, alternating: 25.4 -> 30.6, 25.0 -> 29.3, 19.4 -> 28.0 GB/s).
+// hosts gemv_rows and gemv_kn also run the next B rows into L2 (Emerald Rapids, bf16
+// M = 1 / 2 / 4, N = K = 4096, alternating: [N, K] 25.4 -> 30.6, 25.0 -> 29.3, 19.4 -> 28.0
+// GB/s; [K, N] 21.4 -> 26.8, 21.7 -> 25.5, 21.0 -> 24.8).
 inline KernelTable with_avx2_unpacked_paths(KernelTable t) {
   const KernelTable& a = kernels_avx2();
   t.gemv_rows = a.gemv_rows;
