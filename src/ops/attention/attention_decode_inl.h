@@ -193,8 +193,10 @@ struct RowLines {
 //   scores   AMX unit, above kFmaScoreRows rows per KV head and when the 16 K rows sit
 //            at one stride (a paged block of >= 16 slots): S^T[16 keys][R] = K . Q^T,
 //            the A tile loaded straight from the cache rows, the B tiles Q^T in pairs
-//            built once per job; 4 TDPBF16PS per 128 of D, two KV heads at a time. Otherwise (and in the AVX512_BF16 unit) vdpbf16ps of the q row
-//            against the raw K rows into 16 accumulators, then one sum16.
+//            built once per job; 4 TDPBF16PS per 128 of D, two KV heads at a time.
+//            Otherwise widened FMAs (scores_fma, kFma) or, where vdpbf16ps is fast,
+//            vdpbf16ps of the q row against the raw K rows into 16 accumulators, then
+//            one sum16.
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
 //   P . V    a column chunk of every row held in registers for the whole block
 //            (R x CH / 16 zmm). AMX unit: f32 FMAs of p against the V row widened by a
@@ -310,7 +312,8 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
 #ifdef OPTX_ATTN_DECODE_AMX
   // Q^T in pairs per KV head: qt[g][D/2][R] dwords, the B tiles of S^T = K . Q^T.
   // A job that scores no head on tiles leaves the tile state alone (no Q^T, no config).
-  const bool any_tiles = q8_tiles || (!q8 && R > kFmaScoreRows);
+  const bool bf16_tile_job = !q8 && R > kFmaScoreRows;  // bf16 heads go to tiles where K allows
+  const bool any_tiles = q8_tiles || bf16_tile_job;
   uint32_t* qt = reinterpret_cast<uint32_t*>(qw + NR * D);
   for (int g = 0; any_tiles && g < G; ++g)
     for (int64_t p = 0; p < D / 2; ++p)
@@ -399,7 +402,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
       // -> 20.2-21.3; Sq = 2, 8 rows, stays on tiles: 8.2 against 10.2 ms).
       int64_t kstride;
       const bool uniform = uniform_rows(kp + c0, nc, &kstride) != nullptr;
-      const bool bf16_tiles = uniform && !q8 && R > kFmaScoreRows;
+      const bool bf16_tiles = uniform && bf16_tile_job;
 #endif
       const auto prefetch_k = [&](int g) {  // KV head g's share of the next chunk's K lines
         const int64_t kl0 = std::min(k_lines, g * k_share), kl1 = std::min(k_lines, kl0 + k_share);

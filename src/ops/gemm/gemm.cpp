@@ -420,9 +420,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           epilogue_panel(p, pl.n_out, kt, acc + q * kNR, row0, 1, j + q, packed_scales(j + q));
       }
     };
-    // Two and three rows on bf16 packed weights: two panels per call (with SwiGLU: gate j
-    // and up j, one output per call), first read as two DRAM streams in step (AVX-512 now
-    // reads them one after another, as its single-row kernel). Serial 2816 x 2048, alternating
+    // Two and three rows on packed bf16 (and int8: AVX2 two rows, AVX-512 two and three)
+    // weights: two panels per call (with SwiGLU: gate j and up j, one output per call),
+    // first read as two DRAM streams in step (AVX-512 now reads them one after another, as
+    // its single-row kernel). bf16, serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds
@@ -669,9 +670,9 @@ GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
 // bf16 weights run with denormals as zero (numerics/denormals.h), in every kernel: the
 // widened-FMA ones take a microcode assist per denormal input otherwise (one bf16 denormal
 // in 2000 MoE gate/up weights, 2816 x 2048, two threads: 6 rows 27.5 -> 17.5 GB/s, 16 rows
-// 16.4 -> 8.1), and vdpbf16ps / AMX treat
-// them as zero by definition, so every implementation agrees on such weights. f32 and
-// int8 weights keep IEEE denormals (int8 codes are never denormal).
+// 16.4 -> 8.1), and vdpbf16ps / AMX treat them as zero by definition, so every
+// implementation agrees on such weights. f32 and int8 weights keep IEEE denormals (int8
+// codes are never denormal).
 bool bf16_daz(const GemmParams& p) { return b_dtype(p) == DType::kBF16; }
 
 void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv) {
@@ -681,19 +682,22 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv)
   const int64_t per_group = p.b_kn ? std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR) : 1;
   const int64_t groups = (panels + per_group - 1) / per_group;
   const size_t esize = dtype_size(p.b.dtype);
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (groups > 1)
-  for (int64_t q = 0; q < groups; ++q) {
-    const numerics::DenormalsAsZero daz(bf16_daz(p));
-    alignas(64) float acc[kGemvRowsM * kGemvKnCols];
-    const int64_t j0 = q * per_group, j1 = std::min(panels, j0 + per_group);
-    GemvRowsArgs g;
-    g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;
-    g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
-    // The group's first column: along a B row ([K, N]) or its first B row ([N, K]).
-    g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR * (p.b_kn ? 1 : p.b.strides[0])) * esize;
-    g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc, g.l2_ahead = kt.gemv_l2_ahead;
-    gemv(g);
-    for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
+#pragma omp parallel num_threads(num_threads()) if (groups > 1)
+  {
+    const numerics::DenormalsAsZero daz(bf16_daz(p));  // once per thread, not per group
+#pragma omp for schedule(static)
+    for (int64_t q = 0; q < groups; ++q) {
+      alignas(64) float acc[kGemvRowsM * kGemvKnCols];
+      const int64_t j0 = q * per_group, j1 = std::min(panels, j0 + per_group);
+      GemvRowsArgs g;
+      g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;
+      g.a = p.a.data, g.lda = p.a.strides[0], g.a_dtype = p.a.dtype;
+      // The group's first column: along a B row ([K, N]) or its first B row ([N, K]).
+      g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR * (p.b_kn ? 1 : p.b.strides[0])) * esize;
+      g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc, g.l2_ahead = kt.gemv_l2_ahead;
+      gemv(g);
+      for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
+    }
   }
 }
 

@@ -616,8 +616,8 @@ OPTX_ALWAYS_INLINE void gemv_kn_tile(const float* af, int64_t kcur, int64_t kpf,
     for (int i = 0; i < NV; ++i) c[r][i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * kNR + 8 * i);
   for (int64_t k = 0; k < kcur; ++k) {
     if (k < kpf) {
-      if (l2) for (int l = 0; l < W * int(sizeof(TB)); l += 64) _mm_prefetch(reinterpret_cast<const char*>(b + (k + kKnBlock) * ldb) + l, _MM_HINT_T1);
-      else for (int l = 0; l < W * int(sizeof(TB)); l += 64) _mm_prefetch(reinterpret_cast<const char*>(b + (k + kKnBlock) * ldb) + l, _MM_HINT_T0);
+      const char* next = reinterpret_cast<const char*>(b + (k + kKnBlock) * ldb);
+      for (int l = 0; l < W * int(sizeof(TB)); l += 64) l2 ? _mm_prefetch(next + l, _MM_HINT_T1) : _mm_prefetch(next + l, _MM_HINT_T0);
     }
     // Whichever of B's NV vectors or the M broadcasts is fewer stays live across the
     // other loop (M x NV + min(M, NV) + 1 registers).

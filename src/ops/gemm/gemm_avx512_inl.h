@@ -249,57 +249,42 @@ OPTX_ALWAYS_INLINE void prefetch_stream(const void* at, int lines) {
   for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
 }
 
-// f32 or int8 weights, one row: acc[0, 64) = a . panel, where widen(bk, i) gives columns
-// [16i, 16i + 16) of k row bk as floats (int8: the epilogue applies the channel scales).
-// A is the packed [k][kMR] micro-panel; `lines` is a k row's 64-byte lines.
-template <class T, class Widen>
-OPTX_ALWAYS_INLINE void gemv1_row(const float* a, const T* b, int64_t kc, float* acc, int lines, Widen widen) {
-  __m512 c[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) c[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 av = _mm512_set1_ps(a[k * kMR]);
-    const T* bk = b + k * kNR;
-    prefetch_stream(bk, lines);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[i] = _mm512_fmadd_ps(av, widen(bk, i), c[i]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + 16 * i, c[i]);
-}
-
-void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
-  gemv1_row(a, b, kc, acc, 4, [](const float* bk, int i) { return _mm512_load_ps(bk + 16 * i); });
-}
-
-OPTX_ALWAYS_INLINE __m512 widen_i8(const int8_t* bk, int i) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
-}
-
-void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) { gemv1_row(a, b, kc, acc, 1, widen_i8); }
-
-// int8 weights, R (2-3) rows of A (acc: R x 64): each k row is widened once for all rows.
-// These rows went through the generic 6-row kernel before; alternating call by call (4096^2,
-// 2 threads): M = 2 26.4-27.5 -> 31.5-33.4 GB/s, M = 3 26.2 -> 28.5 (8 + 4R port uops per
-// line: M = 3 is compute-bound).
-template <int R>
-void gemv1_i8b_rows(const float* a, const int8_t* b, int64_t kc, float* acc) {
+// f32 or int8 weights, R rows of A: acc[r * 64, r * 64 + 64) = row r . panel, where
+// widen(bk, i) gives columns [16i, 16i + 16) of k row bk as floats, once for all rows
+// (int8: the epilogue applies the channel scales). A is the packed [k][kMR] micro-panel;
+// `lines` is a k row's 64-byte lines.
+template <int R, class T, class Widen>
+OPTX_ALWAYS_INLINE void gemv1_rows(const float* a, const T* b, int64_t kc, float* acc, int lines, Widen widen) {
   __m512 c[R][4];
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
-    const int8_t* bk = b + k * kNR;
-    prefetch_stream(bk, 1);
+    const T* bk = b + k * kNR;
+    prefetch_stream(bk, lines);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
-      const __m512 w = widen_i8(bk, i);
+      const __m512 w = widen(bk, i);
       for (int r = 0; r < R; ++r) c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), w, c[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
+}
+
+void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
+  gemv1_rows<1>(a, b, kc, acc, 4, [](const float* bk, int i) { return _mm512_load_ps(bk + 16 * i); });
+}
+
+// int8 weights. Two and three rows went through the generic 6-row kernel before;
+// alternating call by call (4096^2, 2 threads): M = 2 26.4-27.5 -> 31.5-33.4 GB/s, M = 3
+// 26.2 -> 28.5 (8 + 4R port uops per line: M = 3 is compute-bound).
+template <int R>
+void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) {
+  gemv1_rows<R>(a, b, kc, acc, 1, [](const int8_t* bk, int i) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
+  });
 }
 
 // bf16 weights, R rows of A (acc: R x 64). Each 64-column k-pair row is widened once and
@@ -333,7 +318,7 @@ void gemv4_f32(const Gemv4Args& g) {
   for (int q = 0; q < 4; ++q) gemv1_f32(g.a, static_cast<const float*>(g.b[q]), g.kc, g.acc + q * kNR);
 }
 void gemv4_i8b(const Gemv4Args& g) {
-  for (int q = 0; q < 4; ++q) gemv1_i8b(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * kNR);
+  for (int q = 0; q < 4; ++q) gemv1_i8b<1>(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * kNR);
 }
 void gemv4_bf16b(const Gemv4Args& g) {
   for (int q = 0; q < 4; ++q) gemv1_bf16b<1>(g.a, static_cast<const uint16_t*>(g.b[q]), g.kc, g.acc + q * kNR);
@@ -344,7 +329,7 @@ void gemv2_bf16b(const Gemv4Args& g) {
 }
 template <int R>
 void gemv2_i8b(const Gemv4Args& g) {
-  for (int q = 0; q < 2; ++q) gemv1_i8b_rows<R>(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * R * kNR);
+  for (int q = 0; q < 2; ++q) gemv1_i8b<R>(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * R * kNR);
 }
 
 }  // namespace
