@@ -38,6 +38,7 @@ namespace gemm_detail {
 namespace {
 
 constexpr const char* kOp = "gemm";
+constexpr int64_t kDpKc = 2048;  // K block of the packed vdpbf16ps path (see run_thread)
 constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 2 MiB L2
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kAmxMinRows = 4;
@@ -339,6 +340,14 @@ void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, 
     const auto idx = [&](int64_t k, int r) { return pairs ? ((k / 2) * kMR + r) * 2 + (k & 1) : k * kMR + r; };
     int64_t k = 0;
     if (live == kMR) {
+      if constexpr (std::is_same_v<T, Src>) {
+        // bf16 pairs as they are: one 32-bit move per (pair, row) (the dot-product kernel's
+        // A; packing took 2.1% of a 2-thread bf16 2048^3 GEMM on Zen 4 with two 16-bit
+        // moves each, 1.5% so).
+        if (pairs)
+          for (; k + 2 <= K; k += 2)
+            for (int r = 0; r < kMR; ++r) std::memcpy(d + idx(k, r), row[r] + k, 4);
+      }
       if (pairs) {
         for (; k + 2 <= K; k += 2)
           for (int r = 0; r < kMR; ++r) {
@@ -376,13 +385,23 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
   auto strips = [&](int mrows) { return b_strips || (kt.widen_b && !use_dp && strip_rows(bt, mrows)); };
-  // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, or bf16 B in strips):
+  // K block of the packed vdpbf16ps path: each block reloads and stores the 6 x 64 f32
+  // tile (24 zmm) around its kernel call, so a longer block amortises that; the B block
+  // then lives in L2, not L1, which the kernel's four B loads per 24 dot products do not
+  // feel. bf16, 2 threads, Zen 4 (32 KiB L1D), builds alternating, both with the
+  // direct-to-C last block: 2048^3 kc 256 405-410 GFLOP/s, 1024 393-423, 2048 426-435;
+  // K = 7168 all of 256-4096 within 424-439. An unpacked B keeps pl.kc (its per-block
+  // pack buffer is sized for it).
+  const int64_t kblock = use_dp && p.packed_b ? std::max(pl.kc, kDpKc) : pl.kc;
+  // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, bf16 B in strips, or
+  // bf16 x bf16 on the dot-product kernel):
   // the last K block stores whole panels straight into C, without the scratch round trip
   // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%). Edge panels
   // narrower than 64 keep the epilogue.
-  const bool identity = !use_dp && !pl.swiglu && p.c.dtype == DType::kF32 && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
+  const bool identity = !pl.swiglu && p.c.dtype == DType::kF32 && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
   auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> float* {
-    const bool kernel_stores = bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows);
+    const bool kernel_stores =
+        use_dp || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
     if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
     return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
   };
@@ -452,8 +471,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // c_out (direct_c): the last K block stores the tile into C there instead of dst.
     auto compute = [&](int64_t jb, int64_t next_jb, float* dst, float* c_out = nullptr) {
       // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
-      for (int64_t kb = 0; kb == 0 || kb < K; kb += pl.kc) {
-        const int64_t kcur = std::min(pl.kc, K - kb);
+      for (int64_t kb = 0; kb == 0 || kb < K; kb += kblock) {
+        const int64_t kcur = std::min(kblock, K - kb);
         const void* bp = bbuf;
         // The block's four [kcur][16] f32 strips when they already exist: packed that way
         // (b_strips), or, for an unpacked B that runs in strips, packed straight into them
@@ -480,10 +499,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // without a burst of prefetches that would stall the fill buffers.
         const char* next_b = nullptr;
         int64_t next_lines = 0;
-        if (p.packed_b && mrows > kMR && (kb + pl.kc < K || next_jb >= 0)) {
-          next_b = kb + pl.kc < K ? static_cast<const char*>(bp) + size_t(kcur) * kNR * besize
-                                  : reinterpret_cast<const char*>(p.packed_b->panel(next_jb));
-          next_lines = std::min(pl.kc, K) * kNR * int64_t(besize) / 64;
+        if (p.packed_b && mrows > kMR && (kb + kblock < K || next_jb >= 0)) {
+          next_b = kb + kblock < K ? static_cast<const char*>(bp) + size_t(kcur) * kNR * besize
+                                   : reinterpret_cast<const char*>(p.packed_b->panel(next_jb));
+          next_lines = std::min(kblock, K) * kNR * int64_t(besize) / 64;
         }
         // Kernel call `call` of `calls` on this block pulls its share of next_b into L2.
         auto l2_share = [&](int64_t call, int64_t calls, bool stream) {
@@ -524,7 +543,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           const int ir = sl.first(sv), m = sl.rows(sv);
           const Prefetch pf = l2_share(sv, sl.count, sv == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
+            kt.bf16dp(m, kcur, ab + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, to_c ? c_out + ir * ldc : dst + ir * kNR,
+                      to_c ? ldc : kNR);
           else if (to_c)
             kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
           else

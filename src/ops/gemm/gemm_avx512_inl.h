@@ -198,7 +198,7 @@ void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool
 // a: packed A micro-panel of bf16 pairs, [k/2][kMR][2]; an odd kc reads the zero pad.
 template <int M, bool kStream>
 void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate,
-                   const Prefetch& pf) {
+                   const Prefetch& pf, float* out, int64_t ldo) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
@@ -219,13 +219,13 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
       for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
     }
   }
-  store_tile<M>(c, acc);
+  store_tile<M>(c, out, ldo);
 }
 
 [[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
-                                  const Prefetch& pf) {
+                                  const Prefetch& pf, float* c, int64_t ldc) {
   const bool stream = pf.stream;
-  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf)
+  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf, c, ldc)
 }
 #endif
 

@@ -54,8 +54,10 @@ using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, fl
 // stays the scratch tile: a kernel that walks kc in pieces keeps its partial sums there.
 using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                               bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
+// As KernelF32Out with A as bf16 pairs; c is acc itself (ldc 64) except in a GEMM's
+// direct-to-C last block.
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
-                             bool accumulate, const Prefetch& pf);
+                             bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
 
 struct EpilogueArgs {
   const float* acc;        // m x 64, row stride 64

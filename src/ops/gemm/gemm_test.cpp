@@ -117,6 +117,18 @@ std::vector<Case> edge_cases() {
       c.lda_pad = M % 2;
       cs.push_back(c);
     }
+  // bf16 x bf16 on packed weights past the dot-product kernel's K block (kDpKc = 2048):
+  // the second block accumulates onto the first; identity C (the last block stores into
+  // C, an edge panel through the epilogue), strided C, and beta for comparison.
+  for (auto [M, N, K] : {std::tuple{13, 130, 2048 + 40}, {6, 64, 2 * 2048 + 1}})
+    for (bool identity : {true, false}) {
+      Case c;
+      c.M = M, c.N = N, c.K = K;
+      c.a = DType::kBF16, c.b = DType::kBF16, c.c = DType::kF32;
+      c.ldc_pad = identity ? 3 : 0;
+      if (!identity) c.beta = 0.5f;
+      cs.push_back(c);
+    }
   // Unpacked B in row slices that share K blocks (strips): packed straight into f32 strips
   // from [N, K] (8 x 8 transposes, K and N tails) and [K, N] (row copies) f32 and bf16.
   for (auto [M, N, K] : {std::tuple{24, 128, 40}, {13, 100, 300}, {30, 64, 9}})
