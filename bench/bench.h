@@ -28,6 +28,8 @@ struct Ceilings {
 
 enum class Roof { kNone, kF32, kBF16, kMemory };
 
+struct Beside;  // bench.cpp: the copy and read probes around a timing
+
 struct Record {
   std::string op, case_, impl;
   double median_ms = 0, p90_ms = 0;
@@ -68,10 +70,12 @@ struct Context {
   // still falls on all of them.
   std::vector<Timing> time_blocks(const std::vector<std::function<void()>>& fns, double settle_s) const;
   // Fills throughput from flops / bytes and the timing, and the share of the floor; a
-  // memory-bound row's note also gets its share of the copy timed beside it.
+  // memory-bound row's note also gets its shares of the copy and the read timed beside it.
   void add(Record r, const Timing& t, double flops, double bytes) const;
-  // The copy rate measured around the last time_interleaved / time_blocks (0: none).
-  mutable double copy_beside_gbs = 0;
+  // The copy and read rates measured around the last time_interleaved / time_blocks (0:
+  // none).
+  mutable double copy_beside_gbs = 0, read_beside_gbs = 0;
+  void set_beside(const Beside& before, const Beside& after) const;
   // The usual side-by-side case: optx and basic timed interleaved, both rows added with
   // the same flops and bytes.
   void add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
