@@ -328,8 +328,10 @@ struct RowSlices {
   int rows(int s) const { return std::min(base + (s < extra ? 1 : 0), total - first(s)); }
 };
 
+// vec_pairs (KernelTable::pack_a_pairs): the vector packer for whole bf16 pair slices.
 template <class T, class Src>
-void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, int64_t k_even, bool pairs, T* dst) {
+void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, int64_t k_even, bool pairs, T* dst,
+                   int64_t (*vec_pairs)(const uint16_t* const*, int64_t, uint16_t*) = nullptr) {
   for (int sv = 0; sv < sl.count; ++sv) {
     const int rb = sl.first(sv);
     T* d = dst + int64_t(sv) * kMR * k_even;
@@ -340,10 +342,12 @@ void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, 
     const auto idx = [&](int64_t k, int r) { return pairs ? ((k / 2) * kMR + r) * 2 + (k & 1) : k * kMR + r; };
     int64_t k = 0;
     if (live == kMR) {
-      if constexpr (std::is_same_v<T, Src>) {
-        // bf16 pairs as they are: one 32-bit move per (pair, row) (the dot-product kernel's
-        // A; packing took 2.1% of a 2-thread bf16 2048^3 GEMM on Zen 4 with two 16-bit
-        // moves each, 1.5% so).
+      if constexpr (std::is_same_v<T, Src> && std::is_same_v<T, uint16_t>) {
+        // bf16 pairs as they are (the dot-product kernel's A): 16 pairs of the six rows
+        // per step through the unit's permutes, the rest one 32-bit move per (pair, row).
+        // Packing took 2.1% of a 2-thread bf16 2048^3 GEMM on Zen 4 with two 16-bit moves
+        // per pair and row, 1.5% with one 32-bit move.
+        if (pairs && vec_pairs) k = 2 * vec_pairs(row, K / 2, d);
         if (pairs)
           for (; k + 2 <= K; k += 2)
             for (int r = 0; r < kMR; ++r) std::memcpy(d + idx(k, r), row[r] + k, 4);
@@ -414,7 +418,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     uint16_t* ab = static_cast<uint16_t*>(apack);
     const RowSlices sl(mrows, strips(mrows));  // the strip kernel takes any m: even slices there
     if (use_dp)
-      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, true, ab);
+      pack_a_panels(static_cast<const uint16_t*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, true, ab, kt.pack_a_pairs);
     else if (p.a.dtype == DType::kF32)
       pack_a_panels(static_cast<const float*>(p.a.data) + row0 * lda, lda, sl, K, pl.k_even, false, af);
     else

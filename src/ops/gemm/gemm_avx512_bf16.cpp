@@ -15,7 +15,8 @@ const KernelTable& kernels_avx512_bf16() {
                                                           .gemv2_bf16b = {avx512_bf16::gemv2_bf16b<2>, avx512_bf16::gemv2_bf16b<3>},
                                                           .gemv2_i8b = {avx512_bf16::gemv2_i8b<2>, avx512_bf16::gemv2_i8b<3>},
                                                           .f32b_out = avx512_bf16::kern_f32_out,
-                                                          .f32_rows_out = avx512_bf16::kern_f32_rows});
+                                                          .f32_rows_out = avx512_bf16::kern_f32_rows,
+                                                          .pack_a_pairs = avx512_bf16::pack_a_pairs});
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -222,6 +222,47 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   store_tile<M>(c, out, ldo);
 }
 
+// The dot-product kernel's A micro-panel from six bf16 rows: dword p * kMR + r of dst is
+// row r's pair p, 16 pairs at a time. Each output vector takes lanes from all six rows:
+// one two-row permute per row pair (the same index serves the three pairs: the lane's row
+// parity picks the table half, its pair the element) and two blends. Returns the pairs
+// written (a multiple of 16); the caller packs the rest.
+[[maybe_unused]] int64_t pack_a_pairs(const uint16_t* const* rows, int64_t pairs, uint16_t* dst) {
+  static_assert(kMR == 6);
+  struct Perm {
+    __m512i idx[6];
+    __mmask16 from23[6], from45[6];
+    Perm() {
+      for (int j = 0; j < 6; ++j) {
+        alignas(64) int32_t x[16];
+        unsigned m23 = 0, m45 = 0;
+        for (int l = 0; l < 16; ++l) {
+          const int g = 16 * j + l, p = g / 6, r = g % 6;
+          x[l] = (r & 1) * 16 + p;
+          if (r / 2 == 1) m23 |= 1u << l;
+          if (r / 2 == 2) m45 |= 1u << l;
+        }
+        idx[j] = _mm512_load_si512(x);
+        from23[j] = __mmask16(m23), from45[j] = __mmask16(m45);
+      }
+    }
+  };
+  static const Perm perm;
+  const int64_t full = pairs / 16 * 16;
+  for (int64_t p0 = 0; p0 < full; p0 += 16) {
+    __m512i a[6];
+    for (int r = 0; r < 6; ++r) a[r] = _mm512_loadu_si512(rows[r] + 2 * p0);
+    uint16_t* d = dst + p0 * kMR * 2;
+    for (int j = 0; j < 6; ++j) {
+      __m512i o = _mm512_permutex2var_epi32(a[0], perm.idx[j], a[1]);
+      o = _mm512_mask_blend_epi32(perm.from23[j], o, _mm512_permutex2var_epi32(a[2], perm.idx[j], a[3]));
+      o = _mm512_mask_blend_epi32(perm.from45[j], o, _mm512_permutex2var_epi32(a[4], perm.idx[j], a[5]));
+      _mm512_storeu_si512(d + 32 * j, o);
+    }
+  }
+  return full;
+}
+
 [[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
                                   const Prefetch& pf, float* c, int64_t ldc) {
   const bool stream = pf.stream;
