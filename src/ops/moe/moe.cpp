@@ -126,7 +126,6 @@ Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p
     if (vk) vk->selection_scores(score, bias, E, sel);
     else
       for (int64_t e = 0; e < E; ++e) sel[e] = clamp_finite(bias ? score[e] + bias[e] : score[e]);
-    for (int64_t e = 0; e < E; ++e) ok[e] = true;
     if (p.n_group > 1) {  // keep the topk_group best groups
       const int64_t gs = E / p.n_group;
       double gscore[kMaxExperts];  // a top-2 sum of two scores near FLT_MAX stays finite and ordered, as in the reference
@@ -144,8 +143,9 @@ Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p
       for (int64_t g = 0; g < p.topk_group; ++g)
         for (int64_t e = keep[g] * gs; e < (keep[g] + 1) * gs; ++e) ok[e] = true;
     }
-    if (vk) vk->topk(sel, ok, E, k, id);
-    else topk(sel, ok, E, k, id);
+    const bool* eligible = p.n_group > 1 ? ok : nullptr;  // ungrouped: every expert
+    if (vk) vk->topk(sel, eligible, E, k, id);
+    else topk(sel, eligible, E, k, id);
     float s = 0;
     for (int64_t j = 0; j < k; ++j) s += (w[j] = score[id[j]]);
     const float scale = p.routed_scaling_factor / (p.renormalize && s > 0 ? s : 1.0f);

@@ -70,36 +70,36 @@ void sigmoid_scores_avx512(const float* logit, int64_t E, float* score) {
 }
 
 // The k largest of v[0..n) among eligible entries (null: all), descending, ties to the
-// lower index — the same order as moe.cpp's insertion scan. k passes of a vector max over
-// a local copy, each taking the first lane equal to the max and retiring it: ~10
+// lower index — the same order as moe.cpp's insertion scan. k passes of a vector max, each
+// taking the first lane equal to the max and retiring it in a per-vector mask: ~10
 // instructions per 16 experts per pass, against the scan's data-dependent branches (about
-// k (1 + ln(n / k)) insertions of up to k moves each for random scores). v must be finite
-// (the routers clamp it): retired, ineligible and padding lanes hold -inf, so they never
-// tie with a candidate, and a NaN would match no lane.
+// k (1 + ln(n / k)) insertions of up to k moves each for random scores). Retiring by mask
+// rather than by storing -inf into a copy keeps the next pass's vector loads clear of a
+// scalar store (a store-forwarding stall per pass), and the eligibility mask comes from
+// one byte test per 16 experts (it was a scalar loop over the bools). v must be finite
+// (the routers clamp it): retired, ineligible and padding lanes are masked off, so they
+// never tie with a candidate, and a NaN would match no lane.
 void topk_avx512(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out) {
-  alignas(64) float w[kMaxExperts];
   const V::F ninf = V::set1(-INFINITY);
-  for (int64_t e = 0; e < n; e += V::W) {
-    const int m = int(std::min<int64_t>(V::W, n - e));
-    V::F x = _mm512_mask_loadu_ps(ninf, V::mask(m), v + e);
-    if (eligible) {
-      __mmask16 ok = 0;
-      for (int i = 0; i < m; ++i) ok |= __mmask16(eligible[e + i] ? 1u << i : 0u);
-      x = _mm512_mask_blend_ps(ok, ninf, x);
-    }
-    _mm512_store_ps(w + e, x);
-  }
   const int64_t nv = (n + V::W - 1) / V::W;
+  __mmask16 live[kMaxExperts / 16];
+  for (int64_t b = 0; b < nv; ++b) {
+    live[b] = V::mask(int(std::min<int64_t>(V::W, n - b * V::W)));
+    if (eligible) {
+      const __m128i e8 = _mm_maskz_loadu_epi8(live[b], eligible + b * V::W);
+      live[b] &= _mm_test_epi8_mask(e8, e8);
+    }
+  }
   for (int64_t j = 0; j < k; ++j) {
     V::F m = ninf;
-    for (int64_t b = 0; b < nv; ++b) m = V::max(m, _mm512_load_ps(w + b * V::W));
+    for (int64_t b = 0; b < nv; ++b) m = _mm512_mask_max_ps(m, live[b], m, _mm512_maskz_loadu_ps(live[b], v + b * V::W));
     const V::F mv = V::set1(V::reduce_max(m));
     for (int64_t b = 0; b < nv; ++b) {
-      const __mmask16 eq = _mm512_cmp_ps_mask(_mm512_load_ps(w + b * V::W), mv, _CMP_EQ_OQ);
+      const __mmask16 eq = _mm512_mask_cmp_ps_mask(live[b], _mm512_maskz_loadu_ps(live[b], v + b * V::W), mv, _CMP_EQ_OQ);
       if (eq) {
-        const int64_t i = b * V::W + __builtin_ctz(eq);
-        out[j] = int32_t(i);
-        w[i] = -INFINITY;  // retired (padding and ineligible lanes are -inf already)
+        const int lane = __builtin_ctz(eq);
+        out[j] = int32_t(b * V::W + lane);
+        live[b] &= __mmask16(~(1u << lane));
         break;
       }
     }
