@@ -1,6 +1,6 @@
 // Attention job kernels for AVX512_BF16: the generic vector kernel and the few-row bf16
-// decode kernel (attention_decode_inl.h), plus a vdpbf16ps job kernel for jobs of 9-64
-// rows of one KV head (flash prefill up to 64, MLA decode up to 32), bf16, D and Dv
+// decode kernel (attention_decode_inl.h), plus a vdpbf16ps job kernel for jobs of 9-96
+// rows of one KV head (flash prefill up to 96, MLA decode up to 32), bf16, D and Dv
 // multiples of 32, no softcap / bias / mask tensor.
 //
 // The job kernel follows the AMX unit's superblock scheme (attention_pairs_inl.h) with zmm
@@ -30,7 +30,8 @@ using simd_type = simd::Avx512Bf16;
 namespace optx::attn_detail::avx512_bf16 {
 namespace {
 
-constexpr int kDpRows = 64;  // rows of a flash job (two groups of 32)
+constexpr int kDpRows = kDpFlashRows;  // rows of a flash job (groups of 32)
+constexpr int kDpGroups = kDpRows / 32;
 
 // S^T of NK keys (k[i]: row of key i) against Q^T pairs qt ([D/2][32][2]), both 16-row
 // halves, into st [key][32 rows].
@@ -108,19 +109,22 @@ void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int6
 void run_job_dp(const Config& c, const Job& j, float* scratch) {
   if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
-  // Flash jobs of 33-64 rows run as two groups of 32 rows (each with its own Q^T, scores,
+  // Flash jobs of 33-96 rows run as groups of 32 rows (each with its own Q^T, scores,
   // softmax state and P) that share each superblock's K / V reads and V staging: flash
-  // S = 4096 / 8192 on Zen 5, alternating with the 32-row build, -8 to -16% / -14 to -17%.
-  const int groups = R > 32 ? 2 : 1;
+  // S = 4096 / 8192 on Zen 5, two groups against one, -8 to -16% / -14 to -17%; on Zen 4
+  // (32 KiB L1D, V staging 8% of the time) three against two -3 to -9% at S = 4096 in 7
+  // of 8 alternating runs, -1 to -6% at 8192 (four: mixed).
+  // kDpFlashRows (attention_internal.h, which sizes the scratch) bounds the groups.
+  const int groups = (R + 31) / 32;
   const bool two = R > 16;
-  const int RT = groups == 2 ? 64 : two ? 32 : 16;  // rows of O and P (padded)
+  const int RT = groups > 1 ? 32 * groups : two ? 32 : 16;  // rows of O and P (padded)
   const int64_t D = c.D, Dv = c.Dv;
   // Scratch (64-byte aligned pieces; job_scratch_floats' `dp` term): per group Q^T
   // [D/2][32][2], scores [kSuper keys][32 rows] f32, P^T [kSuper keys][32 rows]; then P
   // rows [RT][kSuper], V pairs [kSuper / 2][64 columns][2], O [RT][Dv] in pair order.
-  uint16_t* qt[2];
-  float* st[2];
-  uint16_t* pt[2];
+  uint16_t* qt[kDpGroups];
+  float* st[kDpGroups];
+  uint16_t* pt[kDpGroups];
   char* at = reinterpret_cast<char*>(scratch);
   for (int g = 0; g < groups; ++g) {
     qt[g] = reinterpret_cast<uint16_t*>(at), at += D * 32 * 2;
@@ -132,10 +136,13 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
   float* o = reinterpret_cast<float*>(vst + kSuper * 64);
 
   std::memset(o, 0, sizeof(float) * size_t(RT * Dv));
-  PairRows rs[2] = {PairRows(c, j, 0), PairRows(c, j, 32)};
-  for (int g = 0; g < groups; ++g) build_qt(j, D, qt[g], 32 * g);
-  const int64_t lo = groups == 2 ? std::min(rs[0].lo, rs[1].lo) : rs[0].lo;
-  const int64_t hi = groups == 2 ? std::max(rs[0].hi, rs[1].hi) : rs[0].hi;
+  PairRows rs[kDpGroups];
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int g = 0; g < groups; ++g) {
+    rs[g] = PairRows(c, j, 32 * g);
+    build_qt(j, D, qt[g], 32 * g);
+    lo = std::min(lo, rs[g].lo), hi = std::max(hi, rs[g].hi);
+  }
   const void* kp[kSuper];
   const void* vp[kSuper];
   const void* kn[kSuper];
@@ -192,7 +199,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     }
   }
   from_pair_order(o, RT, Dv);
-  alignas(64) float m[64], l[64];
+  alignas(64) float m[kDpRows], l[kDpRows];
   for (int g = 0; g < groups; ++g)
     for (int r = 0; r < 32; ++r) m[32 * g + r] = rs[g].mrow[r], l[32 * g + r] = rs[g].lrow[r];
   finish_rows(c, j, m, l, o);

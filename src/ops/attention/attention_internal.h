@@ -28,6 +28,9 @@ inline constexpr int kMaxRows = 32;
 // 299-307 -> 279-291 ms alternating); every other job keeps to kMaxRows.
 inline constexpr int kMaxJobRows = 96;
 inline constexpr int kMaxFlashRows = 192;
+// Rows of the AVX512_BF16 job kernel's flash jobs: 32-row groups that share each
+// superblock's K / V reads and V staging.
+inline constexpr int kDpFlashRows = 96;
 inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
 inline constexpr int kMaxGroupRows = 12;  // rows per KV head of an all-heads decode job (Kernels)
 inline constexpr int64_t kKvBlock = 64;
@@ -264,8 +267,8 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   // P^T, P rows and O (flash jobs of up to 64 rows in two groups).
   const int64_t amx_rows = rows > kMaxRows ? 64 : 32, amx_groups = amx_rows / 32;
   const int64_t amx = amx_groups * 16 * D + 16 * D + 2048 + 128 * 32 + 2048 + amx_rows * 64 + amx_rows * Dv + 64;
-  // AVX512_BF16 job kernel: flash jobs of up to 64 rows in two 32-row groups.
-  const int64_t dp_rows = rows > kMaxRows ? 64 : 32, dp_groups = dp_rows / 32;
+  // AVX512_BF16 job kernel: flash jobs of up to kDpFlashRows rows in 32-row groups.
+  const int64_t dp_rows = rows > kMaxRows ? kDpFlashRows : 32, dp_groups = dp_rows / 32;
   const int64_t dp = dp_groups * (16 * D + 128 * 32 + 2048) + dp_rows * 64 + 4096 + dp_rows * Dv;
   return std::max({vec, amx, dp});
 }

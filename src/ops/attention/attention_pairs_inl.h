@@ -120,6 +120,7 @@ struct PairRows {
   alignas(64) float mrow[32], lrow[32];
   alignas(64) float corr[32];  // the last superblock's rescale of each row's O
   int64_t lo = 0, hi = 0;
+  PairRows() = default;
   // The job's rows first .. first + 31.
   PairRows(const Config& c, const Job& j, int first = 0) : R(std::clamp(j.nrows - first, 0, 32)) {
     for (int r = 0; r < 32; ++r) {

@@ -282,14 +282,15 @@ TEST(FlashAttention, LongQueryLength1023) {
   expect_all(cs);
 }
 
-// bf16 prefill jobs of 9-64 rows of one KV head (the AVX512_BF16 / AMX pair kernels; the
-// AVX512_BF16 one takes 33-64 rows as two 32-row groups): row counts with every remainder
-// of the 6-row P . V blocks, one 16-row half and two, one group and two, head
+// bf16 prefill jobs of 9-96 rows of one KV head (the AVX512_BF16 / AMX pair kernels; the
+// AVX512_BF16 one takes 33-96 rows as two or three 32-row groups, AMX up to 64 in two):
+// row counts with every remainder of the 6-row P . V blocks, one 16-row half and two, one
+// group, two and three, head
 // dims with a last 32-column V chunk (Dv % 64 == 32) and D != Dv, keys over several
 // 128-key superblocks ending off the 32-key grid (an odd last key), causal with Sq < Skv
 // and Sq > Skv (rows of a half that see nothing), windows, sinks, GQA rows of several
 // heads, and varlen with sequences without queries or keys.
-TEST(FlashAttention, Bf16JobsOf9To64RowsOfOneKvHead) {
+TEST(FlashAttention, Bf16JobsOf9To96RowsOfOneKvHead) {
   std::vector<FlashCase> cs;
   struct S {
     int64_t Sq, Skv, Nq, Nkv, D, Dv;
@@ -310,7 +311,11 @@ TEST(FlashAttention, Bf16JobsOf9To64RowsOfOneKvHead) {
                      S{64, 64, 1, 1, 128, 128, true, -1, -1, false},    // two full groups
                      S{100, 260, 1, 1, 64, 96, true, 40, -1, true},     // 64 + 36 rows, window
                      S{8, 90, 8, 1, 64, 64, false, -1, -1, false},      // 8 heads x 8 = 64 rows
-                     S{70, 33, 1, 1, 32, 32, true, -1, -1, false}}) {   // Sq > Skv: the first group sees nothing
+                     S{70, 33, 1, 1, 32, 32, true, -1, -1, false},     // Sq > Skv: the first group sees nothing
+                     S{96, 300, 1, 1, 128, 128, true, -1, -1, false},   // three full groups
+                     S{75, 200, 1, 1, 64, 96, true, 40, -1, true},      // 64 + 11 rows, window, sinks
+                     S{90, 40, 1, 1, 32, 32, true, -1, -1, false},      // Sq > Skv: rows 0..49 see nothing
+                     S{6, 70, 16, 1, 64, 64, false, -1, -1, false}}) {  // 16 heads x 6 = 96 rows
     FlashCase c;
     c.dtype = DType::kBF16, c.Sq = s.Sq, c.Skv = s.Skv, c.Nq = s.Nq, c.Nkv = s.Nkv, c.D = s.D, c.Dv = s.Dv;
     c.causal = s.causal, c.wl = s.wl, c.wr = s.wr, c.sinks = s.sinks;
