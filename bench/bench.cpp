@@ -90,9 +90,9 @@ double best_of_copies(double before, double after) { return before > 0 && after 
 // could reach at that moment: on machines whose writes take a path of their own (Zen 4:
 // two threads read at 72-74% of a copy's read + write bytes, alternating in one process)
 // the copy overstates it.
-void Context::set_beside(const Beside& before, const Beside& after) const {
-  copy_beside_gbs = best_of_copies(before.copy, after.copy);
-  read_beside_gbs = best_of_copies(before.read, after.read);
+void set_beside(const Context& ctx, const Beside& before, const Beside& after) {
+  ctx.copy_beside_gbs = best_of_copies(before.copy, after.copy);
+  ctx.read_beside_gbs = best_of_copies(before.read, after.read);
 }
 
 void Context::add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
@@ -118,7 +118,7 @@ std::vector<Timing> Context::time_interleaved(const std::vector<std::function<vo
       ms[i].push_back((now_s() - t0) * 1e3);
     }
   }
-  set_beside(before, probe_beside(threads));
+  set_beside(*this, before, probe_beside(threads));
   return timings_of(ms);
 }
 
@@ -139,7 +139,7 @@ std::vector<Timing> Context::time_blocks(const std::vector<std::function<void()>
         ms[i].push_back((now_s() - t0) * 1e3);
       } while (now_s() - t_start < block_s);
     }
-  set_beside(before, probe_beside(threads));
+  set_beside(*this, before, probe_beside(threads));
   return timings_of(ms);
 }
 

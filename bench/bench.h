@@ -28,8 +28,6 @@ struct Ceilings {
 
 enum class Roof { kNone, kF32, kBF16, kMemory };
 
-struct Beside;  // bench.cpp: the copy and read probes around a timing
-
 struct Record {
   std::string op, case_, impl;
   double median_ms = 0, p90_ms = 0;
@@ -75,7 +73,6 @@ struct Context {
   // The copy and read rates measured around the last time_interleaved / time_blocks (0:
   // none).
   mutable double copy_beside_gbs = 0, read_beside_gbs = 0;
-  void set_beside(const Beside& before, const Beside& after) const;
   // The usual side-by-side case: optx and basic timed interleaved, both rows added with
   // the same flops and bytes.
   void add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,

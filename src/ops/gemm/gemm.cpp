@@ -331,7 +331,7 @@ struct RowSlices {
 // vec_pairs (KernelTable::pack_a_pairs): the vector packer for whole bf16 pair slices.
 template <class T, class Src>
 void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, int64_t k_even, bool pairs, T* dst,
-                   int64_t (*vec_pairs)(const uint16_t* const*, int64_t, uint16_t*) = nullptr) {
+                   PackAPairsFn vec_pairs = nullptr) {
   for (int sv = 0; sv < sl.count; ++sv) {
     const int rb = sl.first(sv);
     T* d = dst + int64_t(sv) * kMR * k_even;
@@ -342,22 +342,17 @@ void pack_a_panels(const Src* src, int64_t lda, const RowSlices& sl, int64_t K, 
     const auto idx = [&](int64_t k, int r) { return pairs ? ((k / 2) * kMR + r) * 2 + (k & 1) : k * kMR + r; };
     int64_t k = 0;
     if (live == kMR) {
-      if constexpr (std::is_same_v<T, Src> && std::is_same_v<T, uint16_t>) {
-        // bf16 pairs as they are (the dot-product kernel's A): 16 pairs of the six rows
-        // per step through the unit's permutes, the rest one 32-bit move per (pair, row).
-        // Packing took 2.1% of a 2-thread bf16 2048^3 GEMM on Zen 4 with two 16-bit moves
-        // per pair and row, 1.5% with one 32-bit move.
-        if (pairs && vec_pairs) k = 2 * vec_pairs(row, K / 2, d);
-        if (pairs)
+      if (pairs) {
+        // Pairs are the dot-product kernel's A, bf16 as it is (never widened): 16 pairs of
+        // the six rows per step through the unit's permutes (vec_pairs), the rest one
+        // 32-bit move per (pair, row). Packing took 2.1% of a 2-thread bf16 2048^3 GEMM on
+        // Zen 4 with two 16-bit moves per pair and row, 1.5% with one 32-bit move, 0.8%
+        // with the permutes. Other types leave it all to the tail loop below.
+        if constexpr (std::is_same_v<T, uint16_t> && std::is_same_v<Src, uint16_t>) {
+          if (vec_pairs) k = 2 * vec_pairs(row, K / 2, d);
           for (; k + 2 <= K; k += 2)
             for (int r = 0; r < kMR; ++r) std::memcpy(d + idx(k, r), row[r] + k, 4);
-      }
-      if (pairs) {
-        for (; k + 2 <= K; k += 2)
-          for (int r = 0; r < kMR; ++r) {
-            d[idx(k, r)] = widen<T>(row[r], k);
-            d[idx(k + 1, r)] = widen<T>(row[r], k + 1);
-          }
+        }
       } else {
         for (; k < K; ++k)
           for (int r = 0; r < kMR; ++r) d[idx(k, r)] = widen<T>(row[r], k);

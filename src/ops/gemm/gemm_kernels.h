@@ -58,6 +58,10 @@ using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, 
 // direct-to-C last block.
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
                              bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
+// The first `pairs` bf16 pairs of kMR rows as the dot-product kernel's A micro-panel
+// (dword p * kMR + r = row r's pair p); returns how many it wrote (the caller packs the
+// rest).
+using PackAPairsFn = int64_t (*)(const uint16_t* const* rows, int64_t pairs, uint16_t* dst);
 
 struct EpilogueArgs {
   const float* acc;        // m x 64, row stride 64
@@ -157,10 +161,7 @@ struct KernelTable {
   // Optional: pack_panel for an unpacked bf16 B with unit inner stride, the same bytes;
   // other dtypes or strides: returns false and writes nothing.
   bool (*pack_pairs)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) = nullptr;
-  // Optional, with bf16dp: the first `pairs` bf16 pairs of kMR rows as the dot-product
-  // kernel's A micro-panel (dword p * kMR + r = row r's pair p); returns how many it
-  // wrote (the caller packs the rest).
-  int64_t (*pack_a_pairs)(const uint16_t* const* rows, int64_t pairs, uint16_t* dst) = nullptr;
+  PackAPairsFn pack_a_pairs = nullptr;  // optional, with bf16dp
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is
