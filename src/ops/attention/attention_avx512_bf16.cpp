@@ -31,15 +31,19 @@ namespace optx::attn_detail::avx512_bf16 {
 namespace {
 
 constexpr int kDpRows = kDpFlashRows;  // rows of a flash job (groups of 32)
+// Pairs of D (scores) or keys (P . V) between two steps of the next superblock's
+// prefetch stream (SpreadPrefetch): see run_job_dp.
+constexpr int64_t kPfEveryPairs = 8;
 constexpr int kDpGroups = kDpRows / 32;
 
 // S^T of NK keys (k[i]: row of key i) against Q^T pairs qt ([D/2][32][2]), both 16-row
 // halves, into st [key][32 rows].
 template <int NK>
-OPTX_ALWAYS_INLINE void score_keys_2h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st) {
+OPTX_ALWAYS_INLINE void score_keys_2h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st, SpreadPrefetch& pf) {
   __m512 acc[NK][2];
   for (int i = 0; i < NK; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t p = 0; p < D / 2; ++p) {
+    if (p % kPfEveryPairs == 0) pf.step();
     const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + 32);
     for (int i = 0; i < NK; ++i) {
       const __m512bh kp = pair_bcast(k[i], p);
@@ -56,11 +60,12 @@ OPTX_ALWAYS_INLINE void score_keys_2h(const uint16_t* const* k, const uint16_t* 
 // spilled them: MLA decode (16 rows, ctx 2k in L3, alternating builds) 0.145-0.150 ->
 // 0.137-0.140 ms.
 template <int NK>
-OPTX_ALWAYS_INLINE void score_keys_1h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st) {
+OPTX_ALWAYS_INLINE void score_keys_1h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st, SpreadPrefetch& pf) {
   __m512 acc[NK][2];
   for (int i = 0; i < NK; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const int64_t half = D / 4;  // pairs per half of D (D % 32 == 0)
   for (int64_t p = 0; p < half; ++p) {
+    if (p % kPfEveryPairs == 0) pf.step();
     const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + (p + half) * 64);
     for (int i = 0; i < NK; ++i) {
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, pair_bcast(k[i], p));
@@ -73,11 +78,12 @@ OPTX_ALWAYS_INLINE void score_keys_1h(const uint16_t* const* k, const uint16_t* 
 // O rows r0 .. r0 + NR (o: row stride Dv, at the chunk's first column) += P . V over
 // npairs key pairs: pr [row][kSuper] bf16 P rows, vst [pair][NC zmm] staged V pairs.
 template <int NR, int NC>
-OPTX_ALWAYS_INLINE void pv_tile(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int64_t npairs) {
+OPTX_ALWAYS_INLINE void pv_tile(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int64_t npairs, SpreadPrefetch& pf) {
   __m512 acc[NR][NC];
   for (int r = 0; r < NR; ++r)
     for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_loadu_ps(o + r * Dv + 16 * c);
   for (int64_t p = 0; p < npairs; ++p) {
+    if (p % kPfEveryPairs == 0) pf.step();
     __m512bh v[NC];
     for (int c = 0; c < NC; ++c) v[c] = (__m512bh)_mm512_load_si512(vst + (p * NC + c) * 32);
     for (int r = 0; r < NR; ++r) {
@@ -90,18 +96,18 @@ OPTX_ALWAYS_INLINE void pv_tile(float* o, int64_t Dv, const uint16_t* pr, const 
 }
 
 template <int NC>
-void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int64_t npairs, int rows) {
+void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int64_t npairs, int rows, SpreadPrefetch& pf) {
   constexpr int kNR = 6;
   int r0 = 0;
-  for (; r0 + kNR <= rows; r0 += kNR) pv_tile<kNR, NC>(o + r0 * Dv, Dv, pr + r0 * kSuper, vst, npairs);
+  for (; r0 + kNR <= rows; r0 += kNR) pv_tile<kNR, NC>(o + r0 * Dv, Dv, pr + r0 * kSuper, vst, npairs, pf);
   float* ob = o + r0 * Dv;
   const uint16_t* pb = pr + r0 * kSuper;
   switch (rows - r0) {
-    case 1: return pv_tile<1, NC>(ob, Dv, pb, vst, npairs);
-    case 2: return pv_tile<2, NC>(ob, Dv, pb, vst, npairs);
-    case 3: return pv_tile<3, NC>(ob, Dv, pb, vst, npairs);
-    case 4: return pv_tile<4, NC>(ob, Dv, pb, vst, npairs);
-    case 5: return pv_tile<5, NC>(ob, Dv, pb, vst, npairs);
+    case 1: return pv_tile<1, NC>(ob, Dv, pb, vst, npairs, pf);
+    case 2: return pv_tile<2, NC>(ob, Dv, pb, vst, npairs, pf);
+    case 3: return pv_tile<3, NC>(ob, Dv, pb, vst, npairs, pf);
+    case 4: return pv_tile<4, NC>(ob, Dv, pb, vst, npairs, pf);
+    case 5: return pv_tile<5, NC>(ob, Dv, pb, vst, npairs, pf);
     default: return;
   }
 }
@@ -163,19 +169,25 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // Decode streams each row once: the next superblock goes to L2 during this one (from
     // the cache itself; an i8 cache's rows were just dequantised, nothing to fetch).
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
-    const int64_t score_steps = groups * nk / 8, pv_steps = (Dv + 63) / 64 * ((R + 5) / 6);
+    // The stream advances every kPfEveryPairs pairs inside the score and P . V loops, a few
+    // lines at a time: one burst per 8-key score call (~58 lines for MLA) filled the
+    // core's miss buffers and the dot products waited behind it, so memory and compute
+    // took turns (Zen 4, MLA B = 1, two threads, alternating in one process: ctx 8k
+    // 280-291 -> 241-252 ns per key per core, ctx 32k 286-292 -> 250-252; flash level).
+    const int64_t score_calls = groups * nk / 8;
+    const int64_t score_steps = score_calls * ((two ? D / 2 : D / 4) / kPfEveryPairs);
+    const int64_t pv_steps = (Dv + 63) / 64 * ((R + 5) / 6) * (nk / 2 / kPfEveryPairs);
     SpreadPrefetch pf(kn, vn, k_lines, v_apart ? v_lines : 0, c.kv_once && !i8 ? n_next : 0, score_steps + pv_steps);
     // Prefill reads a head's K / V from L2 / L3 (they serve many query tiles): this
     // superblock's V rows go to L2 during its scores, ahead of the staging loads.
-    SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_steps);
+    SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_calls);
 
     const uint16_t* const* keys = reinterpret_cast<const uint16_t* const*>(kp);
     for (int g = 0; g < groups; ++g) {
       for (int64_t k0 = 0; k0 < nk; k0 += 8) {
-        pf.step();
         v_pf.step();
-        if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32);
-        else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32);
+        if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
+        else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
       }
       const int rt = std::min(RT - 32 * g, 32);
       softmax_superblock(c, kb, n, nk, rt, rs[g], st[g], pt[g]);
@@ -193,9 +205,8 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
         stage_pairs(a, b, dst, dst + 32);
         if (nc == 4) stage_pairs(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
       }
-      for (int r0 = 0; r0 < R; r0 += 6) pf.step();
-      if (nc == 4) pv_rows<4>(o + d, Dv, pr, vst, nk / 2, R);
-      else pv_rows<2>(o + d, Dv, pr, vst, nk / 2, R);
+      if (nc == 4) pv_rows<4>(o + d, Dv, pr, vst, nk / 2, R, pf);
+      else pv_rows<2>(o + d, Dv, pr, vst, nk / 2, R, pf);
     }
   }
   from_pair_order(o, RT, Dv);
