@@ -75,31 +75,39 @@ OPTX_ALWAYS_INLINE void score_keys_1h(const uint16_t* const* k, const uint16_t* 
   for (int i = 0; i < NK; ++i) _mm512_store_ps(st + i * 32, _mm512_add_ps(acc[i][0], acc[i][1]));
 }
 
-// score_keys_1h<8> for 8 keys whose rows sit at one stride (`sb` bytes; a paged block of
-// >= 8 slots): two base pointers and the stride in addressing modes instead of 8 row
-// pointers (which the general registers could not hold next to the prefetch stream's
-// state: GCC kept them in xmm registers and moved one out per broadcast), and D's pairs
-// split even / odd, so every broadcast is a fixed displacement. MLA decode (16 rows),
-// alternating in one process: ctx 8k in L3 217 -> 206 ns per key per core, cold 249 ->
-// 244, ctx 32k cold 256 -> 244.
-OPTX_ALWAYS_INLINE void score_keys_1h_strided(const uint16_t* k, int64_t sb, const uint16_t* qt, int64_t D, float* st,
-                                              SpreadPrefetch& pf) {
+// score_keys_2h<8> / score_keys_1h<8> for 8 keys whose rows sit at one stride (`sb`
+// bytes: a paged block of >= 8 slots, or BSND / BNSD prefill): two base pointers and the
+// stride in addressing modes instead of 8 row pointers (which the general registers could
+// not hold next to the prefetch stream's state: GCC kept them in xmm registers and moved
+// one out per broadcast). One row half splits D's pairs even / odd, so every broadcast is
+// a fixed displacement. Alternating in one process: MLA decode (16 rows) ctx 8k in L3 217
+// -> 206 ns per key per core, cold 249 -> 244, ctx 32k cold 256 -> 244; flash S = 4096
+// (32-row halves) BSND 223-239 -> 213-228 ms, BNSD 200 -> 191, S = 8192 869 -> 825.
+template <bool kTwo>
+OPTX_ALWAYS_INLINE void score_keys_strided(const uint16_t* k, int64_t sb, const uint16_t* qt, int64_t D, float* st,
+                                           SpreadPrefetch& pf) {
   __m512 acc[8][2];
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   const char* b0 = reinterpret_cast<const char*>(k);
   const char* b4 = b0 + 4 * sb;
   const int64_t s3 = 3 * sb;
-  const auto bc = [](const char* a) { return (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a)); };
-  for (int64_t p = 0; p < D / 2; p += 2, b0 += 8, b4 += 8) {
-    if (p % (2 * kPfEveryPairs) == 0) pf.step();
-    const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + 64);
+  const auto bc = [](const char* a) { return pair_bcast(reinterpret_cast<const uint16_t*>(a), 0); };
+  constexpr int64_t kStep = kTwo ? 1 : 2;  // pairs of D per iteration
+  for (int64_t p = 0; p < D / 2; p += kStep, b0 += 4 * kStep, b4 += 4 * kStep) {
+    if (p % kPfEveryPairs == 0) pf.step();
+    const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64);
+    const __m512bh q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + (kTwo ? 32 : 64));
     const char* a[8] = {b0, b0 + sb, b0 + 2 * sb, b0 + s3, b4, b4 + sb, b4 + 2 * sb, b4 + s3};
     for (int i = 0; i < 8; ++i) {
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, bc(a[i]));
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, bc(a[i] + 4));
+      const __m512bh k0 = bc(a[i]);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, k0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, kTwo ? k0 : bc(a[i] + 4));
     }
   }
-  for (int i = 0; i < 8; ++i) _mm512_store_ps(st + i * 32, _mm512_add_ps(acc[i][0], acc[i][1]));
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (kTwo) _mm512_store_ps(st + i * 32, acc[i][0]), _mm512_store_ps(st + i * 32 + 16, acc[i][1]);
+    else _mm512_store_ps(st + i * 32, _mm512_add_ps(acc[i][0], acc[i][1]));
+  }
 }
 
 // O rows r0 .. r0 + NR (o: row stride Dv, at the chunk's first column) += P . V over
@@ -213,14 +221,13 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     for (int g = 0; g < groups; ++g) {
       for (int64_t k0 = 0; k0 < nk; k0 += 8) {
         v_pf.step();
-        if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
-        else {
-          const int64_t sb = static_cast<const char*>(kp[k0 + 1]) - static_cast<const char*>(kp[k0]);
-          bool one_stride = true;
-          for (int i = 2; one_stride && i < 8; ++i) one_stride = static_cast<const char*>(kp[k0 + i]) - static_cast<const char*>(kp[k0]) == i * sb;
-          if (one_stride) score_keys_1h_strided(keys[k0], sb, qt[g], D, st[g] + k0 * 32, pf);
-          else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
-        }
+        const int64_t sb = static_cast<const char*>(kp[k0 + 1]) - static_cast<const char*>(kp[k0]);
+        bool one_stride = true;
+        for (int i = 2; one_stride && i < 8; ++i) one_stride = static_cast<const char*>(kp[k0 + i]) - static_cast<const char*>(kp[k0]) == i * sb;
+        if (two && one_stride) score_keys_strided<true>(keys[k0], sb, qt[g], D, st[g] + k0 * 32, pf);
+        else if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
+        else if (one_stride) score_keys_strided<false>(keys[k0], sb, qt[g], D, st[g] + k0 * 32, pf);
+        else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
       }
       const int rt = std::min(RT - 32 * g, 32);
       softmax_superblock(c, kb, n, nk, rt, rs[g], st[g], pt[g]);
