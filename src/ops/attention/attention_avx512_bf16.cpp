@@ -94,7 +94,7 @@ OPTX_ALWAYS_INLINE void score_keys_strided(const uint16_t* k, int64_t sb, const 
   const auto bc = [](const char* a) { return pair_bcast(reinterpret_cast<const uint16_t*>(a), 0); };
   constexpr int64_t kStep = kTwo ? 1 : 2;  // pairs of D per iteration
   for (int64_t p = 0; p < D / 2; p += kStep, b0 += 4 * kStep, b4 += 4 * kStep) {
-    if (p % kPfEveryPairs == 0) pf.step();
+    if (p % (kStep * kPfEveryPairs) == 0) pf.step();  // as often as score_keys_1h / _2h
     const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64);
     const __m512bh q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + (kTwo ? 32 : 64));
     const char* a[8] = {b0, b0 + sb, b0 + 2 * sb, b0 + s3, b4, b4 + sb, b4 + 2 * sb, b4 + s3};
