@@ -36,78 +36,65 @@ constexpr int kDpRows = kDpFlashRows;  // rows of a flash job (groups of 32)
 constexpr int64_t kPfEveryPairs = 8;
 constexpr int kDpGroups = kDpRows / 32;
 
-// S^T of NK keys (k[i]: row of key i) against Q^T pairs qt ([D/2][32][2]), both 16-row
-// halves, into st [key][32 rows].
-template <int NK>
-OPTX_ALWAYS_INLINE void score_keys_2h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st, SpreadPrefetch& pf) {
-  __m512 acc[NK][2];
-  for (int i = 0; i < NK; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < D / 2; ++p) {
-    if (p % kPfEveryPairs == 0) pf.step();
-    const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + 32);
-    for (int i = 0; i < NK; ++i) {
-      const __m512bh kp = pair_bcast(k[i], p);
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, kp);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, kp);
-    }
+// Where the score loop finds 8 keys' rows: a pointer each, or (a paged block of >= 8
+// slots; BSND / BNSD prefill always) two base pointers and the stride in addressing
+// modes. With 8 row pointers the general registers could not also hold the prefetch
+// stream's state: GCC kept the pointers in xmm registers and moved one out per broadcast
+// (Zen 4, alternating in one process: MLA decode, 16 rows, ctx 8k in L3 217 -> 206 ns per
+// key per core, cold 249 -> 244, ctx 32k 256 -> 244; flash S = 4096, 32-row halves, BSND
+// 223-239 -> 213-228 ms, BNSD 200 -> 191, S = 8192 869 -> 825). The 16 keys x 1 half
+// tile before them kept 16 row pointers live and spilled them outright.
+struct KeyPointers {
+  const uint16_t* const* k;
+  int64_t off = 0;  // bytes into each row
+  OPTX_ALWAYS_INLINE const char* row(int i) const { return reinterpret_cast<const char*>(k[i]) + off; }
+  OPTX_ALWAYS_INLINE void advance(int64_t bytes) { off += bytes; }
+};
+struct KeyStride {
+  const char* b0;  // keys 0-3 at b0 + {0, 1, 2, 3} * sb, keys 4-7 at b4 + the same
+  const char* b4;
+  int64_t sb, s3;
+  KeyStride(const char* base, int64_t stride) : b0(base), b4(base + 4 * stride), sb(stride), s3(3 * stride) {}
+  OPTX_ALWAYS_INLINE const char* row(int i) const {
+    const char* b = i < 4 ? b0 : b4;
+    return (i & 3) == 3 ? b + s3 : b + (i & 3) * sb;
   }
-  for (int i = 0; i < NK; ++i) _mm512_store_ps(st + i * 32, acc[i][0]), _mm512_store_ps(st + i * 32 + 16, acc[i][1]);
-}
+  OPTX_ALWAYS_INLINE void advance(int64_t bytes) { b0 += bytes, b4 += bytes; }
+};
 
-// S^T of NK keys against one 16-row half, D's pairs in two halves with accumulators of
-// their own (summed at the end): 2 * NK chains from NK row pointers. The 16 keys x 1 half
-// tile this replaced kept 16 row pointers live, more than the general registers, and
-// spilled them: MLA decode (16 rows, ctx 2k in L3, alternating builds) 0.145-0.150 ->
-// 0.137-0.140 ms.
-template <int NK>
-OPTX_ALWAYS_INLINE void score_keys_1h(const uint16_t* const* k, const uint16_t* qt, int64_t D, float* st, SpreadPrefetch& pf) {
-  __m512 acc[NK][2];
-  for (int i = 0; i < NK; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  const int64_t half = D / 4;  // pairs per half of D (D % 32 == 0)
-  for (int64_t p = 0; p < half; ++p) {
-    if (p % kPfEveryPairs == 0) pf.step();
-    const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64), q1 = (__m512bh)_mm512_load_si512(qt + (p + half) * 64);
-    for (int i = 0; i < NK; ++i) {
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, pair_bcast(k[i], p));
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, pair_bcast(k[i], p + half));
-    }
-  }
-  for (int i = 0; i < NK; ++i) _mm512_store_ps(st + i * 32, _mm512_add_ps(acc[i][0], acc[i][1]));
-}
-
-// score_keys_2h<8> / score_keys_1h<8> for 8 keys whose rows sit at one stride (`sb`
-// bytes: a paged block of >= 8 slots, or BSND / BNSD prefill): two base pointers and the
-// stride in addressing modes instead of 8 row pointers (which the general registers could
-// not hold next to the prefetch stream's state: GCC kept them in xmm registers and moved
-// one out per broadcast). One row half splits D's pairs even / odd, so every broadcast is
-// a fixed displacement. Alternating in one process: MLA decode (16 rows) ctx 8k in L3 217
-// -> 206 ns per key per core, cold 249 -> 244, ctx 32k cold 256 -> 244; flash S = 4096
-// (32-row halves) BSND 223-239 -> 213-228 ms, BNSD 200 -> 191, S = 8192 869 -> 825.
-template <bool kTwo>
-OPTX_ALWAYS_INLINE void score_keys_strided(const uint16_t* k, int64_t sb, const uint16_t* qt, int64_t D, float* st,
-                                           SpreadPrefetch& pf) {
+// S^T of 8 keys against Q^T pairs qt ([D/2][32][2]) into st [key][32 rows]: both 16-row
+// halves (kTwo: one broadcast per key and pair serves two dot products), or the first
+// half alone, D's pairs then split even / odd into accumulators of their own (summed at
+// the end) so 16 chains run and each broadcast is a fixed displacement. The prefetch
+// stream steps once per kPfEveryPairs pairs of each chain.
+template <bool kTwo, class Keys>
+OPTX_ALWAYS_INLINE void score_keys(Keys keys, const uint16_t* qt, int64_t D, float* st, SpreadPrefetch& pf) {
   __m512 acc[8][2];
   for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  const char* b0 = reinterpret_cast<const char*>(k);
-  const char* b4 = b0 + 4 * sb;
-  const int64_t s3 = 3 * sb;
   const auto bc = [](const char* a) { return pair_bcast(reinterpret_cast<const uint16_t*>(a), 0); };
   constexpr int64_t kStep = kTwo ? 1 : 2;  // pairs of D per iteration
-  for (int64_t p = 0; p < D / 2; p += kStep, b0 += 4 * kStep, b4 += 4 * kStep) {
-    if (p % (kStep * kPfEveryPairs) == 0) pf.step();  // as often as score_keys_1h / _2h
+  for (int64_t p = 0; p < D / 2; p += kStep, keys.advance(4 * kStep)) {
+    if (p % (kStep * kPfEveryPairs) == 0) pf.step();
     const __m512bh q0 = (__m512bh)_mm512_load_si512(qt + p * 64);
     const __m512bh q1 = (__m512bh)_mm512_load_si512(qt + p * 64 + (kTwo ? 32 : 64));
-    const char* a[8] = {b0, b0 + sb, b0 + 2 * sb, b0 + s3, b4, b4 + sb, b4 + 2 * sb, b4 + s3};
     for (int i = 0; i < 8; ++i) {
-      const __m512bh k0 = bc(a[i]);
+      const char* a = keys.row(i);
+      const __m512bh k0 = bc(a);
       acc[i][0] = _mm512_dpbf16_ps(acc[i][0], q0, k0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, kTwo ? k0 : bc(a[i] + 4));
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], q1, kTwo ? k0 : bc(a + 4));
     }
   }
   for (int i = 0; i < 8; ++i) {
     if constexpr (kTwo) _mm512_store_ps(st + i * 32, acc[i][0]), _mm512_store_ps(st + i * 32 + 16, acc[i][1]);
     else _mm512_store_ps(st + i * 32, _mm512_add_ps(acc[i][0], acc[i][1]));
   }
+}
+
+template <bool kTwo>
+OPTX_ALWAYS_INLINE void score_keys(const uint16_t* const* k, int64_t stride, const uint16_t* qt, int64_t D, float* st,
+                                   SpreadPrefetch& pf) {
+  if (stride) score_keys<kTwo>(KeyStride(reinterpret_cast<const char*>(k[0]), stride), qt, D, st, pf);
+  else score_keys<kTwo>(KeyPointers{k}, qt, D, st, pf);
 }
 
 // O rows r0 .. r0 + NR (o: row stride Dv, at the chunk's first column) += P . V over
@@ -217,17 +204,16 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // superblock's V rows go to L2 during its scores, ahead of the staging loads.
     SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_calls);
 
+    // Each 8-key step's row stride (0: rows apart), the same for every group.
+    int64_t stride[kSuper / 8];
+    for (int64_t k0 = 0; k0 < nk; k0 += 8)
+      if (!uniform_rows<8>(kp + k0, nk - k0, &stride[k0 / 8])) stride[k0 / 8] = 0;
     const uint16_t* const* keys = reinterpret_cast<const uint16_t* const*>(kp);
     for (int g = 0; g < groups; ++g) {
       for (int64_t k0 = 0; k0 < nk; k0 += 8) {
         v_pf.step();
-        const int64_t sb = static_cast<const char*>(kp[k0 + 1]) - static_cast<const char*>(kp[k0]);
-        bool one_stride = true;
-        for (int i = 2; one_stride && i < 8; ++i) one_stride = static_cast<const char*>(kp[k0 + i]) - static_cast<const char*>(kp[k0]) == i * sb;
-        if (two && one_stride) score_keys_strided<true>(keys[k0], sb, qt[g], D, st[g] + k0 * 32, pf);
-        else if (two) score_keys_2h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
-        else if (one_stride) score_keys_strided<false>(keys[k0], sb, qt[g], D, st[g] + k0 * 32, pf);
-        else score_keys_1h<8>(keys + k0, qt[g], D, st[g] + k0 * 32, pf);
+        if (two) score_keys<true>(keys + k0, stride[k0 / 8], qt[g], D, st[g] + k0 * 32, pf);
+        else score_keys<false>(keys + k0, stride[k0 / 8], qt[g], D, st[g] + k0 * 32, pf);
       }
       const int rt = std::min(RT - 32 * g, 32);
       softmax_superblock(c, kb, n, nk, rt, rs[g], st[g], pt[g]);

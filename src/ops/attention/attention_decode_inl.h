@@ -63,18 +63,20 @@ void finish_rows(const Config& c, const Job& j, const float* mrow, const float* 
   }
 }
 
-#ifdef OPTX_ATTN_DECODE_AMX
-constexpr int kFmaScoreRows = 4;  // bf16 scores of up to this many rows per KV head: scores_fma, not tiles
-
-// 16 keys' rows as one AMX A tile: the first row, and the rows' stride, when all 16 exist
-// (n of them do) and sit at one stride (a paged block of >= 16 slots); else null.
+// The first `count` of n key rows as one block (an AMX A tile, or the vdpbf16ps score
+// loop's base and stride): the first row, and the rows' stride, when all `count` exist
+// and sit at one positive stride (a paged block of >= count slots); else null.
+template <int count = 16>
 const char* uniform_rows(const void* const* rows, int64_t n, int64_t* stride) {
   const char* base = n > 0 ? static_cast<const char*>(rows[0]) : nullptr;
   *stride = n > 1 ? static_cast<const char*>(rows[1]) - base : 0;
-  bool direct = n >= 16 && *stride > 0;
-  for (int i = 2; direct && i < 16; ++i) direct = static_cast<const char*>(rows[i]) - base == i * *stride;
+  bool direct = n >= count && *stride > 0;
+  for (int i = 2; direct && i < count; ++i) direct = static_cast<const char*>(rows[i]) - base == i * *stride;
   return direct ? base : nullptr;
 }
+
+#ifdef OPTX_ATTN_DECODE_AMX
+constexpr int kFmaScoreRows = 4;  // bf16 scores of up to this many rows per KV head: scores_fma, not tiles
 
 // The tile's rows where they are not at one stride: `bytes` of each row from `offset` on,
 // contiguous in dst, zero rows past n.
@@ -380,23 +382,24 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     // Xeon VM, B = 1, ctx 8k, two threads: 2.09 -> 1.83-1.93 ms, Sq = 2 5.6 -> 3.4 ms; the
     // share issued per key group instead of per head (bursts of 64 lines stall on the 16
     // L1 fill buffers while the FMAs wait behind them) 1.87-1.89 -> 1.75-1.81 ms.
-    RowLines next_k, next_v;
-    next_k.start(kp + kBlock, n_next, kFma ? 64 * k_lines : 0);
-    next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
     // An i8 cache on this kernel is dequantised into the staging ring a block ahead (by
     // fetch, at the block's start), so the stream takes the int8 source rows of the block
-    // after next instead, and the dequantisation then reads them from L2 (Zen 4, B = 1,
-    // alternating in one process: ctx 8k 7.4-7.9 -> 8.7-8.9 GB/s of i8 bytes, 32k 7.7-9.2
-    // -> 8.4-10.2; ctx 2k in L2 / L3 10.7 -> 10.2).
+    // after next instead of the staged ones, and the dequantisation then reads them from
+    // L2 (Zen 4, B = 1, alternating in one process: ctx 8k 7.4-7.9 -> 8.7-8.9 GB/s of i8
+    // bytes, 32k 7.7-9.2 -> 8.4-10.2; ctx 2k in L2 / L3 10.7 -> 10.2).
+    RowLines next_k, next_v;
     int64_t n_pf = n_next;
     const void* k8[kBlock];
     const void* v8[kBlock];
     if (dequant_i8) {
       n_pf = std::max<int64_t>(0, std::min(kBlock, hi - kb - 2 * kBlock));
-      float sk[kBlock], sv[kBlock];
+      float sk[kBlock], sv[kBlock];  // planes() also returns the scales: unused here
       if (n_pf) j.kv.planes(kb + 2 * kBlock, n_pf, k8, v8, sk, sv, DequantRow{});
       next_k.start(k8, n_pf, (G - 1) * j.k_goff + D);
       next_v.start(v8, n_pf, (G - 1) * j.v_goff + Dv);
+    } else {
+      next_k.start(kp + kBlock, n_next, kFma ? 64 * k_lines : 0);
+      next_v.start(vp + kBlock, n_next, n_next && vp[kBlock] != kp[kBlock] ? v_row_bytes : 0);
     }
     constexpr int64_t score_w = kFma ? 4 : 0;
     const int64_t pf_steps = int64_t(G) * ((Dv + kCh - 1) / kCh) * ((n + kPfEvery - 1) / kPfEvery) + score_w * G * ((n + 15) / 16);
