@@ -34,8 +34,11 @@ const char* isa_name(Isa isa) {
 Isa detected_isa() {
   const CpuFeatures& f = cpu_features();
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma;
-  if (avx512 && f.avx512_bf16 && f.amx_tile && f.amx_bf16 && f.amx_permitted) return Isa::kAmx;
-  if (avx512 && f.avx512_bf16) return Isa::kAvx512Bf16;
+  // The avx512_bf16 unit is built with AVX512_VNNI too (int8 dot products): every CPU with
+  // AVX512_BF16 has it (Cooper Lake, Sapphire Rapids and later, Zen 4 / 5).
+  const bool bf16 = avx512 && f.avx512_bf16 && f.avx512_vnni;
+  if (bf16 && f.amx_tile && f.amx_bf16 && f.amx_permitted) return Isa::kAmx;
+  if (bf16) return Isa::kAvx512Bf16;
   if (avx512) return Isa::kAvx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::kAvx2;
   return Isa::kScalar;

@@ -52,44 +52,6 @@ void configure() {
   _tile_loadconfig(&cfg);
 }
 
-// q's latent part for int8 scores against an i8 cache (quantize_q_i8x2 per row), h and l
-// in the B-tile layout of TDPBSSD ([L/4][32 rows][4]), rows past R zero. tmp: [2][32][L]
-// bytes.
-void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8_t* tmp) {
-  for (int r = 0; r < 32; ++r) {
-    int8_t* h = tmp + r * L;
-    int8_t* l = tmp + (32 + r) * L;
-    if (r >= j.nrows) {
-      std::memset(h, 0, size_t(L)), std::memset(l, 0, size_t(L));
-      qs[r] = 0.0f;
-      continue;
-    }
-    qs[r] = quantize_q_i8x2(static_cast<const uint16_t*>(j.rows[r].q), L, h, l);
-  }
-  for (int part = 0; part < 2; ++part)
-    for (int half = 0; half < 2; ++half)
-      for (int64_t p0 = 0; p0 < L / 4; p0 += 16) {
-        __m512i r[16];
-        for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(tmp + (part * 32 + 16 * half + i) * L + 4 * p0);
-        simd::Avx512::transpose16(r);
-        int8_t* out = part ? q8l : q8h;
-        for (int c = 0; c < 16; ++c) _mm512_store_si512(out + ((p0 + c) * 32 + 16 * half) * 4, r[c]);
-      }
-}
-
-// V pairs of 32 columns of i8 rows a and b (b null: zeros), exactly in bf16 (every int8 is
-// a bf16; the token scales go into P), in stage_pairs' order.
-OPTX_ALWAYS_INLINE void stage_pairs_i8(const int8_t* a, const int8_t* b, uint16_t* lo, uint16_t* hi) {
-  auto bf = [](const int8_t* x) {
-    const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
-    const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16))));
-    return (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
-  };
-  const __m512i va = bf(a), vb = b ? bf(b) : _mm512_setzero_si512();
-  _mm512_store_si512(lo, _mm512_unpacklo_epi16(va, vb));
-  _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
-}
-
 // S^T tiles of 32 keys (A tiles a[0], a[1]: 16 key rows each) against q's B tiles over
 // `bytes` bytes of each row, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with
 // two). bf16 (TDPBF16PS, q as Q^T pairs [D/2][32][2]) and int8 (TDPBSSD, q quads

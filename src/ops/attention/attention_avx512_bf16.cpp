@@ -11,6 +11,8 @@
 //   P . V 6 rows x 64 columns of O (24 accumulators) across the superblock's 64 key
 //         pairs: 4 staged V-pair loads and 6 broadcasts of P pairs per 24 dot products;
 //         V pairs staged once per 64-column chunk (16 KiB, in L1) for all row blocks.
+// An i8 MLA latent is read as int8 by vpdpbusd (score_keys_q8), as the AMX unit reads it
+// by TDPBSSD.
 // Where vdpbf16ps retires at the FMA's rate (Zen 4 / 5) a dot product of bf16 pairs is
 // twice the FLOPs of an f32 FMA and needs no widening; the generic kernel widens K and V
 // to f32 first and did 98-108 GFLOP/s on flash S = 4096 / 8192 (Zen 5, two threads).
@@ -97,6 +99,89 @@ OPTX_ALWAYS_INLINE void score_keys(const uint16_t* const* k, int64_t stride, con
   else score_keys<kTwo>(KeyPointers{k}, qt, D, st, pf);
 }
 
+// An i8 MLA latent read as int8 (vpdpbusd; the dot product takes u8 x s8): q's latent
+// part in two int8 halves (quantize_q_i8x2, q ~ qs (h + l / 254)) stored as u8 quads
+// h + 128, l + 128 ([L/4][32 rows][4], build_q8's layout), the keys' int8 quads broadcast
+// as they sit in the cache. Each dot then carries 128 * sum(k) (key_sums_i8), taken off
+// before the store, so the h and l scores are exact int32 as TDPBSSD's. Against the
+// latent dequantised into staging (Zen 4, 16 heads, alternating in one process, ns per
+// key per core): ctx 8k 285 -> 251, 32k 317 -> 258, ctx 2k in L3 262 -> 253; the bf16
+// cache beside it 231 / 254 / 248.
+
+// vpdpbusd on accumulators typed as its 32-bit lanes: GCC 12 kept _mm512_dpbusd_epi32's
+// __m512i accumulators (64-bit lanes, cast to 32-bit ones and back in the intrinsic) in a
+// second set of registers and copied them across on every iteration, spilling some
+// (i8 / bf16 cache time in one process, three rounds: 1.08-1.17 -> 1.02-1.08).
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+OPTX_ALWAYS_INLINE I32x16 dpbusd(I32x16 acc, I32x16 u8, I32x16 s8) {
+#if defined(__clang__)
+  return (I32x16)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)u8, (__m512i)s8);
+#else
+  return __builtin_ia32_vpdpbusd_v16si(acc, u8, s8);
+#endif
+}
+
+template <class Keys>
+OPTX_ALWAYS_INLINE int32_t quad_at(const Keys& keys, int i) {
+  using i32_alias = int32_t __attribute__((may_alias, aligned(1)));
+  return *reinterpret_cast<const i32_alias*>(keys.row(i));
+}
+
+// 128 * the sum of each of 8 keys' L int8 values (L % 64 == 0).
+template <class Keys>
+OPTX_ALWAYS_INLINE void key_sums_i8(const Keys& keys, int64_t L, int32_t* out) {
+  const I32x16 k128 = (I32x16)_mm512_set1_epi8(char(0x80));  // as u8: 128
+  for (int i = 0; i < 8; ++i) {
+    const char* r = keys.row(i);
+    I32x16 s = {};
+    for (int64_t c = 0; c < L; c += 64) s = dpbusd(s, k128, (I32x16)_mm512_loadu_si512(r + c));
+    out[i] = _mm512_reduce_add_epi32((__m512i)s);
+  }
+}
+
+// Int8 scores of 8 keys over L: kTwo, one half of q (qa: h or l) for rows 0-31 into sa
+// [key][32]; else rows 0-15 of both halves (qa: h, qb: l) into sa and sb. ksum from
+// key_sums_i8. The prefetch stream steps once per kPfEveryPairs quads.
+template <bool kTwo, class Keys>
+OPTX_ALWAYS_INLINE void score_keys_i8(Keys keys, const uint8_t* qa, const uint8_t* qb, int64_t L, const int32_t* ksum,
+                                      int32_t* sa, int32_t* sb, SpreadPrefetch& pf) {
+  I32x16 acc[8][2];
+  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = I32x16{};
+  for (int64_t p = 0; p < L / 4; ++p, keys.advance(4)) {
+    if (p % kPfEveryPairs == 0) pf.step();
+    const I32x16 a0 = (I32x16)_mm512_load_si512(qa + p * 128);
+    const I32x16 a1 = (I32x16)_mm512_load_si512(kTwo ? qa + p * 128 + 64 : qb + p * 128);
+    for (int i = 0; i < 8; ++i) {
+      const I32x16 k = (I32x16)_mm512_set1_epi32(quad_at(keys, i));
+      acc[i][0] = dpbusd(acc[i][0], a0, k);
+      acc[i][1] = dpbusd(acc[i][1], a1, k);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    const __m512i c = _mm512_set1_epi32(ksum[i]);
+    _mm512_store_si512(sa + i * 32, _mm512_sub_epi32((__m512i)acc[i][0], c));
+    _mm512_store_si512((kTwo ? sa + 16 : sb) + i * 32, _mm512_sub_epi32((__m512i)acc[i][1], c));
+  }
+}
+
+// The int8 latent scores (h and l, [2][kSuper][32] from sti) of 8 keys at k (rows: a
+// pointer each, or one stride).
+OPTX_ALWAYS_INLINE void score_keys_q8(const void* const* k, int64_t stride, bool two, const uint8_t* qh, const uint8_t* ql,
+                                      int64_t L, int32_t* sh, int32_t* sl, SpreadPrefetch& pf) {
+  const auto run = [&](auto keys) __attribute__((always_inline)) {
+    alignas(64) int32_t ksum[8];
+    key_sums_i8(keys, L, ksum);
+    if (two) {
+      score_keys_i8<true>(keys, qh, nullptr, L, ksum, sh, nullptr, pf);
+      score_keys_i8<true>(keys, ql, nullptr, L, ksum, sl, nullptr, pf);
+    } else {
+      score_keys_i8<false>(keys, qh, ql, L, ksum, sh, sl, pf);
+    }
+  };
+  if (stride) run(KeyStride(static_cast<const char*>(k[0]), stride));
+  else run(KeyPointers{reinterpret_cast<const uint16_t* const*>(k)});
+}
+
 // O rows r0 .. r0 + NR (o: row stride Dv, at the chunk's first column) += P . V over
 // npairs key pairs: pr [row][kSuper] bf16 P rows, vst [pair][NC zmm] staged V pairs.
 template <int NR, int NC>
@@ -175,9 +260,38 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
   const void* vp[kSuper];
   const void* kn[kSuper];
   const void* vn[kSuper];
-  const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
-  const bool i8 = j.kv.i8.k != nullptr;  // rows dequantised into the staging ring by rows()
-  if (lo < hi) j.kv.rows(lo, std::min<int64_t>(kSuper, hi - lo), true, kn, vn, DequantRow{});
+  int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
+  // An i8 MLA latent (K = latent + rope, V = the latent) is read as int8: its scores by
+  // vpdpbusd against q in two int8 halves (score_keys_q8), the rope part's by the bf16
+  // score loop from the rope rows, the token scale applied per score and folded into P's
+  // columns (softmax_superblock), V pairs converted exactly from int8. kp / kn then hold
+  // the latent rows, vp / vn the rope rows, and KvView's ring space this path's buffers:
+  // q's halves, the int32 scores, build_q8's scratch. Any other i8 cache is dequantised
+  // into that ring by rows().
+  const I8Kv& x8 = j.kv.i8;
+  const int64_t L = x8.k_dim, RD = x8.rope_dim;
+  const size_t q8_bytes = size_t(64 * L) + size_t(2 * kSuper * 32 * 4) + size_t(64 * L);
+  const bool q8 = groups == 1 && x8.k && !x8.v && L == Dv && L % 64 == 0 && RD > 0 &&
+                  q8_bytes <= I8Kv::stage_bytes(x8.k_width(), 0, true);
+  const bool i8 = x8.k != nullptr && !q8;  // rows dequantised into the staging ring by rows()
+  uint8_t* q8h = nullptr;
+  uint8_t* q8l = nullptr;
+  int32_t* sti = nullptr;  // [2][kSuper keys][32 rows]: the h and l scores
+  alignas(64) float qs[32], sk[kSuper], sk_next[kSuper];
+  if (q8) {
+    q8h = x8.stage;
+    q8l = q8h + 32 * L;
+    sti = reinterpret_cast<int32_t*>(q8l + 32 * L);
+    build_q8(j, L, reinterpret_cast<int8_t*>(q8h), reinterpret_cast<int8_t*>(q8l), qs, reinterpret_cast<int8_t*>(sti + 2 * kSuper * 32));
+    const __m512i x80 = _mm512_set1_epi8(char(0x80));  // h, l + 128: vpdpbusd's u8 operand
+    for (int64_t b = 0; b < 64 * L; b += 64) _mm512_store_si512(q8h + b, _mm512_xor_si512(_mm512_load_si512(q8h + b), x80));
+    k_lines = (L + 63) / 64, v_lines = (RD * 2 + 63) / 64;  // the stream's latent and rope lines
+  }
+  const auto fetch = [&](int64_t j0, int64_t cnt) {
+    if (q8) j.kv.sources(j0, cnt, true, kn, vn, sk_next, DequantRow{});
+    else j.kv.rows(j0, cnt, true, kn, vn, DequantRow{});
+  };
+  if (lo < hi) fetch(lo, std::min<int64_t>(kSuper, hi - lo));
   for (int64_t kb = lo; kb < hi; kb += kSuper) {
     const int64_t n = std::min<int64_t>(kSuper, hi - kb);
     const int nsub = int((n + kSub - 1) / kSub);
@@ -185,9 +299,10 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     for (int64_t k = 0; k < nk; ++k) {
       kp[k] = k < n ? kn[k] : kZeroRow;
       vp[k] = k < n ? vn[k] : kZeroRow;
+      if (q8) sk[k] = k < n ? sk_next[k] : 0.0f;
     }
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
-    if (n_next) j.kv.rows(kb + kSuper, n_next, true, kn, vn, DequantRow{});
+    if (n_next) fetch(kb + kSuper, n_next);
     // Decode streams each row once: the next superblock goes to L2 during this one (from
     // the cache itself; an i8 cache's rows were just dequantised, nothing to fetch).
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
@@ -197,7 +312,8 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // took turns (Zen 4, MLA B = 1, two threads, alternating in one process: ctx 8k
     // 280-291 -> 241-252 ns per key per core, ctx 32k 286-292 -> 250-252; flash level).
     const int64_t score_calls = groups * nk / 8;
-    const int64_t score_steps = score_calls * ((two ? D / 2 : D / 4) / kPfEveryPairs);
+    const int64_t score_steps = q8 ? score_calls * ((two ? RD / 2 : RD / 4) / kPfEveryPairs + (two ? 2 : 1) * (L / 4 / kPfEveryPairs))
+                                   : score_calls * ((two ? D / 2 : D / 4) / kPfEveryPairs);
     const int64_t pv_steps = (Dv + 63) / 64 * ((R + 5) / 6) * (nk / 2 / kPfEveryPairs);
     SpreadPrefetch pf(kn, vn, k_lines, v_apart ? v_lines : 0, c.kv_once && !i8 ? n_next : 0, score_steps + pv_steps);
     // Prefill reads a head's K / V from L2 / L3 (they serve many query tiles): this
@@ -205,18 +321,28 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_calls);
 
     // Each 8-key step's row stride (0: rows apart), the same for every group.
-    int64_t stride[kSuper / 8];
-    for (int64_t k0 = 0; k0 < nk; k0 += 8)
+    int64_t stride[kSuper / 8], rope_stride[kSuper / 8];
+    for (int64_t k0 = 0; k0 < nk; k0 += 8) {
       if (!uniform_rows<8>(kp + k0, nk - k0, &stride[k0 / 8])) stride[k0 / 8] = 0;
+      if (q8 && !uniform_rows<8>(vp + k0, nk - k0, &rope_stride[k0 / 8])) rope_stride[k0 / 8] = 0;
+    }
     const uint16_t* const* keys = reinterpret_cast<const uint16_t* const*>(kp);
     for (int g = 0; g < groups; ++g) {
       for (int64_t k0 = 0; k0 < nk; k0 += 8) {
         v_pf.step();
+        if (q8) {  // the rope part into st, the latent's h and l into sti
+          const uint16_t* const* rope = reinterpret_cast<const uint16_t* const*>(vp);
+          const uint16_t* qr = qt[g] + (L / 2) * 64;
+          if (two) score_keys<true>(rope + k0, rope_stride[k0 / 8], qr, RD, st[g] + k0 * 32, pf);
+          else score_keys<false>(rope + k0, rope_stride[k0 / 8], qr, RD, st[g] + k0 * 32, pf);
+          score_keys_q8(kp + k0, stride[k0 / 8], two, q8h, q8l, L, sti + k0 * 32, sti + (kSuper + k0) * 32, pf);
+          continue;
+        }
         if (two) score_keys<true>(keys + k0, stride[k0 / 8], qt[g], D, st[g] + k0 * 32, pf);
         else score_keys<false>(keys + k0, stride[k0 / 8], qt[g], D, st[g] + k0 * 32, pf);
       }
       const int rt = std::min(RT - 32 * g, 32);
-      softmax_superblock(c, kb, n, nk, rt, rs[g], st[g], pt[g]);
+      softmax_superblock(c, kb, n, nk, rt, rs[g], st[g], pt[g], q8 ? Int8Scores{sti, qs, sk} : Int8Scores{});
       p_rows_and_rescale(pt[g], pr + 32 * g * kSuper, nsub, rt, rs[g], o + 32 * g * Dv, Dv);
     }
 
@@ -224,7 +350,14 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // all nk keys are staged once, then every 6-row block runs over them.
     for (int64_t d = 0; d < Dv; d += 64) {
       const int nc = Dv - d >= 64 ? 4 : 2;
-      for (int64_t p = 0; p < nk / 2; ++p) {
+      for (int64_t p = 0; q8 && p < nk / 2; ++p) {  // V: the latent's int8 values, exactly
+        const int8_t* a = static_cast<const int8_t*>(kp[2 * p]) + d;
+        const int8_t* b = 2 * p + 1 < n ? static_cast<const int8_t*>(kp[2 * p + 1]) + d : nullptr;
+        uint16_t* dst = vst + p * nc * 32;
+        stage_pairs_i8(a, b, dst, dst + 32);
+        if (nc == 4) stage_pairs_i8(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
+      }
+      for (int64_t p = 0; !q8 && p < nk / 2; ++p) {
         const uint16_t* a = static_cast<const uint16_t*>(vp[2 * p]) + d;
         const uint16_t* b = 2 * p + 1 < n ? static_cast<const uint16_t*>(vp[2 * p + 1]) + d : nullptr;
         uint16_t* dst = vst + p * nc * 32;

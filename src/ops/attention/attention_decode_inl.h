@@ -75,6 +75,29 @@ const char* uniform_rows(const void* const* rows, int64_t n, int64_t* stride) {
   return direct ? base : nullptr;
 }
 
+// A bf16 q row for int8 scores against i8 caches: qs = max|q| / 127, q ~ qs * (h + l / 254)
+// with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's half ulp for all but the
+// row's smallest values). n % 16 == 0; returns qs.
+float quantize_q_i8x2(const uint16_t* q, int64_t n, int8_t* h, int8_t* l) {
+  auto load = [&](int64_t d) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + d))), 16));
+  };
+  __m512 amax = _mm512_setzero_ps();
+  for (int64_t d = 0; d < n; d += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load(d)));
+  alignas(64) float lanes[16];  // not _mm512_reduce_max_ps: GCC 12 warns on its undefined vectors here
+  _mm512_store_ps(lanes, amax);
+  const float m = *std::max_element(lanes, lanes + 16);
+  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f), k254 = _mm512_set1_ps(254.0f);
+  for (int64_t d = 0; d < n; d += 16) {
+    const __m512 x = _mm512_mul_ps(load(d), inv);
+    const __m512 hf = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 lf = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, hf), k254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hf)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(l + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lf)));
+  }
+  return m / 127.0f;
+}
+
 #ifdef OPTX_ATTN_DECODE_AMX
 constexpr int kFmaScoreRows = 4;  // bf16 scores of up to this many rows per KV head: scores_fma, not tiles
 
@@ -98,28 +121,6 @@ const T* tile_rows(const void* const* rows, int64_t n, size_t offset, size_t byt
   return staging;
 }
 
-// A bf16 q row for int8 scores against i8 caches: qs = max|q| / 127, q ~ qs * (h + l / 254)
-// with h, l in [-127, 127] (error <= max|q| / 64516, below bf16's half ulp for all but the
-// row's smallest values). n % 16 == 0; returns qs.
-float quantize_q_i8x2(const uint16_t* q, int64_t n, int8_t* h, int8_t* l) {
-  auto load = [&](int64_t d) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + d))), 16));
-  };
-  __m512 amax = _mm512_setzero_ps();
-  for (int64_t d = 0; d < n; d += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load(d)));
-  alignas(64) float lanes[16];  // not _mm512_reduce_max_ps: GCC 12 warns on its undefined vectors here
-  _mm512_store_ps(lanes, amax);
-  const float m = *std::max_element(lanes, lanes + 16);
-  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f), k254 = _mm512_set1_ps(254.0f);
-  for (int64_t d = 0; d < n; d += 16) {
-    const __m512 x = _mm512_mul_ps(load(d), inv);
-    const __m512 hf = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 lf = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, hf), k254), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(hf)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(l + d), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(lf)));
-  }
-  return m / 127.0f;
-}
 #endif
 
 // Sixteen dot-product partials (a[i] holds 16 partial sums of key i) to one vector of
