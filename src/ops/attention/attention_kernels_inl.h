@@ -228,7 +228,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   const int64_t k_lines = (k_span * es + 63) / 64, v_lines = (v_span * es + 63) / 64;
   [[maybe_unused]] const int64_t lat_lines = (c.Dv + 63) / 64, rope_lines = ((c.D - c.Dv) * int64_t(sizeof(T)) + 63) / 64;
   const void* slice[kKvBlock];
-  auto slices = [&slice, es](const void* const* rows, int64_t off, int64_t n) -> const void* const* {
+  auto slices = [&](const void* const* rows, int64_t off, int64_t n) -> const void* const* {
     if (off == 0) return rows;
     for (int64_t jj = 0; jj < n; ++jj) slice[jj] = static_cast<const char*>(rows[jj]) + off * es;
     return slice;
