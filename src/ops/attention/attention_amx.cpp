@@ -150,7 +150,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     sti = reinterpret_cast<int32_t*>(q8l + 32 * L);
     kst8 = reinterpret_cast<int8_t*>(sti + 2 * kSuper * 32);
     kstr = reinterpret_cast<uint16_t*>(kst8 + 32 * L);
-    build_q8(j, L, q8h, q8l, qs, reinterpret_cast<int8_t*>(kstr + 32 * RD));
+    build_q8(j, L, q8h, q8l, qs, reinterpret_cast<int8_t*>(kstr + 32 * RD), 0);
   }
   PairRows rss[2] = {PairRows(c, j, 0), PairRows(c, j, 32)};
   PairRows& rs = rss[0];

@@ -282,9 +282,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     q8h = x8.stage;
     q8l = q8h + 32 * L;
     sti = reinterpret_cast<int32_t*>(q8l + 32 * L);
-    build_q8(j, L, reinterpret_cast<int8_t*>(q8h), reinterpret_cast<int8_t*>(q8l), qs, reinterpret_cast<int8_t*>(sti + 2 * kSuper * 32));
-    const __m512i x80 = _mm512_set1_epi8(char(0x80));  // h, l + 128: vpdpbusd's u8 operand
-    for (int64_t b = 0; b < 64 * L; b += 64) _mm512_store_si512(q8h + b, _mm512_xor_si512(_mm512_load_si512(q8h + b), x80));
+    build_q8(j, L, reinterpret_cast<int8_t*>(q8h), reinterpret_cast<int8_t*>(q8l), qs, reinterpret_cast<int8_t*>(sti + 2 * kSuper * 32), 0x80);
     k_lines = (L + 63) / 64, v_lines = (RD * 2 + 63) / 64;  // the stream's latent and rope lines
   }
   const auto fetch = [&](int64_t j0, int64_t cnt) {

@@ -68,9 +68,10 @@ void build_qt(const Job& j, int64_t D, uint16_t* qt, int first = 0) {
 }
 
 // q's latent part for int8 scores against an i8 cache (quantize_q_i8x2 per row), h and l
-// in the B-tile layout of TDPBSSD ([L/4][32 rows][4]), rows past R zero. tmp: [2][32][L]
-// bytes.
-void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8_t* tmp) {
+// in the B-tile layout of TDPBSSD ([L/4][32 rows][4]), rows past R zero, each byte xor
+// `bias`: 0 for TDPBSSD's s8 x s8, 0x80 (h + 128, l + 128) for vpdpbusd's u8 operand.
+// tmp: [2][32][L] bytes.
+void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8_t* tmp, uint8_t bias) {
   for (int r = 0; r < 32; ++r) {
     int8_t* h = tmp + r * L;
     int8_t* l = tmp + (32 + r) * L;
@@ -88,7 +89,8 @@ void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8
         for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(tmp + (part * 32 + 16 * half + i) * L + 4 * p0);
         simd::Avx512::transpose16(r);
         int8_t* out = part ? q8l : q8h;
-        for (int c = 0; c < 16; ++c) _mm512_store_si512(out + ((p0 + c) * 32 + 16 * half) * 4, r[c]);
+        const __m512i b = _mm512_set1_epi8(char(bias));
+        for (int c = 0; c < 16; ++c) _mm512_store_si512(out + ((p0 + c) * 32 + 16 * half) * 4, _mm512_xor_si512(r[c], b));
       }
 }
 
