@@ -262,7 +262,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
             if (q8) {
               const int8_t* a = k0 < n ? static_cast<const int8_t*>(kp[k0]) + d : reinterpret_cast<const int8_t*>(kZeroRow);
               const int8_t* b = k1 < n ? static_cast<const int8_t*>(kp[k1]) + d : nullptr;
-              stage_pairs_i8(a, b, blo + p * 32, bhi + p * 32);
+              stage_pairs(a, b, blo + p * 32, bhi + p * 32);
               continue;
             }
             const uint16_t* a = k0 < n ? static_cast<const uint16_t*>(vpp[k0]) + d : kZeroRow;

@@ -219,6 +219,19 @@ void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int6
   }
 }
 
+// The superblock's V pairs of columns d .. d + 16 * nc for keys 0 .. nk (rows of T: bf16,
+// or an i8 latent's int8 values; keys past n zero) into vst [pair][nc zmm].
+template <class T>
+OPTX_ALWAYS_INLINE void stage_v_pairs(const void* const* rows, int64_t n, int64_t nk, int64_t d, int nc, uint16_t* vst) {
+  for (int64_t p = 0; p < nk / 2; ++p) {
+    const T* a = static_cast<const T*>(rows[2 * p]) + d;
+    const T* b = 2 * p + 1 < n ? static_cast<const T*>(rows[2 * p + 1]) + d : nullptr;
+    uint16_t* dst = vst + p * nc * 32;
+    stage_pairs(a, b, dst, dst + 32);
+    if (nc == 4) stage_pairs(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
+  }
+}
+
 void run_job_dp(const Config& c, const Job& j, float* scratch) {
   if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
@@ -348,20 +361,8 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // all nk keys are staged once, then every 6-row block runs over them.
     for (int64_t d = 0; d < Dv; d += 64) {
       const int nc = Dv - d >= 64 ? 4 : 2;
-      for (int64_t p = 0; q8 && p < nk / 2; ++p) {  // V: the latent's int8 values, exactly
-        const int8_t* a = static_cast<const int8_t*>(kp[2 * p]) + d;
-        const int8_t* b = 2 * p + 1 < n ? static_cast<const int8_t*>(kp[2 * p + 1]) + d : nullptr;
-        uint16_t* dst = vst + p * nc * 32;
-        stage_pairs_i8(a, b, dst, dst + 32);
-        if (nc == 4) stage_pairs_i8(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
-      }
-      for (int64_t p = 0; !q8 && p < nk / 2; ++p) {
-        const uint16_t* a = static_cast<const uint16_t*>(vp[2 * p]) + d;
-        const uint16_t* b = 2 * p + 1 < n ? static_cast<const uint16_t*>(vp[2 * p + 1]) + d : nullptr;
-        uint16_t* dst = vst + p * nc * 32;
-        stage_pairs(a, b, dst, dst + 32);
-        if (nc == 4) stage_pairs(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
-      }
+      if (q8) stage_v_pairs<int8_t>(kp, n, nk, d, nc, vst);  // V: the latent's int8 values, exactly
+      else stage_v_pairs<uint16_t>(vp, n, nk, d, nc, vst);
       if (nc == 4) pv_rows<4>(o + d, Dv, pr, vst, nk / 2, R, pf);
       else pv_rows<2>(o + d, Dv, pr, vst, nk / 2, R, pf);
     }

@@ -94,9 +94,9 @@ void build_q8(const Job& j, int64_t L, int8_t* q8h, int8_t* q8l, float* qs, int8
       }
 }
 
-// V pairs of 32 columns of i8 rows a and b (b null: zeros), exactly in bf16 (every int8 is
-// a bf16; the token scales go into P), in stage_pairs' order.
-OPTX_ALWAYS_INLINE void stage_pairs_i8(const int8_t* a, const int8_t* b, uint16_t* lo, uint16_t* hi) {
+// The same from i8 rows, exactly in bf16 (every int8 is a bf16; the token scales go into
+// P).
+OPTX_ALWAYS_INLINE void stage_pairs(const int8_t* a, const int8_t* b, uint16_t* lo, uint16_t* hi) {
   auto bf = [](const int8_t* x) {
     const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
     const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16))));
