@@ -395,8 +395,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     const void* v8[kBlock];
     if (dequant_i8) {
       n_pf = std::max<int64_t>(0, std::min(kBlock, hi - kb - 2 * kBlock));
-      float sk[kBlock], sv[kBlock];  // planes() also returns the scales: unused here
-      if (n_pf) j.kv.planes(kb + 2 * kBlock, n_pf, k8, v8, sk, sv, DequantRow{});
+      if (n_pf) j.kv.planes(kb + 2 * kBlock, n_pf, k8, v8, nullptr, nullptr, DequantRow{});
       next_k.start(k8, n_pf, (G - 1) * j.k_goff + D);
       next_v.start(v8, n_pf, (G - 1) * j.v_goff + Dv);
     } else {

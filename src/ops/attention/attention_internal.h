@@ -132,12 +132,12 @@ struct KvView {
   }
 
   // i8 K / V planes: the rows of keys j0 .. j0 + n (this job's slices) and their scales,
-  // for kernels that read int8 directly.
+  // for kernels that read int8 directly (ks / vs null: the rows alone, to prefetch them).
   template <class Deq>
   void planes(int64_t j0, int64_t n, const void** kp, const void** vp, float* ks, float* vs, const Deq&) const {
     walk(j0, n, [&](int64_t i, int64_t slot) {
       kp[i] = i8.k + slot * i8.k_rs, vp[i] = i8.v + slot * i8.v_rs;
-      ks[i] = i8.k_scales[slot], vs[i] = i8.v_scales[slot];
+      if (ks) ks[i] = i8.k_scales[slot], vs[i] = i8.v_scales[slot];
     });
   }
   // i8 MLA latent: the source rows (latent, rope) of keys j0 .. j0 + n, for reading or
