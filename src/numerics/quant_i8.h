@@ -32,7 +32,7 @@ namespace {
 // The finite-row step of quantize_row_i8 for bf16 rows on AVX2 units, 32 values at a
 // time; returns how many it did (the scalar loop does the rest). GCC's vectorisation of
 // the scalar loop ran 0.245 ns per value on one Zen 3 core, this 0.131 (kv_cache_write to
-// an i8 cache: see the kv_cache README). Bitwise the scalar loop's codes: the same
+// an i8 cache: see the kv_cache PERF_LOG.md). Bitwise the scalar loop's codes: the same
 // operations in the same order (one rounding for x * inv, one each for + and - 1.5 * 2^23,
 // truncation of the integral result). No clamp: in a finite row |x| <= max|x|, so
 // |x * inv| <= 127 * (1 + 2^-23) and rounds to at most 127 in magnitude. The widening
@@ -64,7 +64,7 @@ namespace {
 // to nearest even is y + 1.5 * 2^23 - 1.5 * 2^23, exact for |y| < 2^22 (here |y| <= 127),
 // where std::nearbyint compiled to a libm call per element. (kv_cache_write to an i8
 // cache, 4096 tokens of two 1024-wide bf16 rows, one thread: 8.4 ms of libm and scalar
-// max -> see the kv_cache README.)
+// max -> see the kv_cache PERF_LOG.md.)
 // fp-contract=off: the ISA units are built with -mfma, and GCC's C++ default would fuse
 // x * inv + 1.5 * 2^23 into one FMA, whose single rounding gives another code than the
 // scalar unit and the reference where x * inv lies within half an ulp of a .5 (a row

@@ -735,8 +735,8 @@ const Kernels& kernels_reference() {
 // OPTX_IMPL can force one op's implementation. Flash prefill puts `avx512` (the GEMM
 // prefill, bf16 widened to f32 for FMAs) before `avx512_bf16` (vdpbf16ps) where that
 // instruction does half the FMA's FLOPs, as the GEMM family does: S = 4096, 16 heads,
-// causal, two threads (Sapphire Rapids class without AMX, one run, alternating): see the
-// README's performance notes. Decode keeps `avx512_bf16` first: its few-row kernels are
+// causal, two threads (Sapphire Rapids class without AMX, one run, alternating): see
+// PERF_LOG.md (stop 39). Decode keeps `avx512_bf16` first: its few-row kernels are
 // the unit's own.
 dispatch::Registry<KernelsFn> make_registry(const char* op, bool widen_first = false) {
   const dispatch::Impl<KernelsFn> widen{"avx512", Isa::kAvx512, kernels_avx512};

@@ -210,7 +210,7 @@ struct RowLines {
 // alone), alternating call by call in one process: sum16 scores and FMA P . V against a
 // horizontal sum per score and vpmovzx-widened V, 1.22 -> 1.06 ms; AMX scores against
 // sum16, 1.44 -> 1.04 ms. From DRAM the gains shrink to 6-15% each: the job is then
-// bound by one core's read rate over 32 KiB blocks at random places (see README).
+// bound by one core's read rate over 32 KiB blocks at random places (see PERF_LOG.md).
 // S[r][c0 .. c0 + 15] = scale * q_r . k_i for 16 keys (k: their rows at this KV head's
 // slice) by f32 FMAs: each bf16 K row widened by a shift and a mask (even and odd columns
 // of a 32-value chunk), qw the q rows widened once per job in that order (row stride D).

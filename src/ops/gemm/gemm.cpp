@@ -193,7 +193,7 @@ bool amx_eligible(const GemmParams& p) {
 // An unpacked f32 / bf16 B whose plan has several row chunks is packed once per call into
 // the workspace, in pack_weights' layout, and the call then runs as a packed one:
 // otherwise each panel is packed again for every row chunk (measured 2048^3, 2 threads:
-// bf16 308 GFLOP/s unpacked vs 716 packed, f32 120 vs 208; gemm README). One chunk packs
+// bf16 308 GFLOP/s unpacked vs 716 packed, f32 120 vs 208; gemm PERF_LOG.md). One chunk packs
 // each panel once anyway; very large B would make the workspace huge.
 constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
@@ -516,7 +516,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         auto a_off = [&](int sv) { return int64_t(sv) * kMR * pl.k_even + kb * kMR; };  // slice sv's panel; f32 and pairs alike
         const bool to_c = c_out && kb + kcur >= K;  // the last K block stores into C
         // Row slices share this block (strips, strip_rows): widen it once rather than in
-        // every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm README). The block
+        // every slice's FMA loop (bf16 2048^3 on the AVX2 machine: gemm PERF_LOG.md). The block
         // is run a 16-column strip at a time over all row slices, each strip
         // widened (f32: copied) into a 16 KiB buffer (kc = 256) that stays in L1 while the
         // slices read it, where the whole 64 KiB widened block came from L2 for every

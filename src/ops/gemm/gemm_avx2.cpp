@@ -530,7 +530,7 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
 // Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
 // kAhead (AVX-512 hosts, KernelTable::gemv_l2_ahead): the call's next NB rows go into L2
 // a line per row as this group's loads cross one, so the L2 holds more lines in flight
-// than the L1 fill buffers alone (the packed decode kernels' run-ahead; gemm README).
+// than the L1 fill buffers alone (the packed decode kernels' run-ahead; gemm PERF_LOG.md, stop 43).
 // Zen 3, where this unit is the whole path, keeps the hardware prefetchers alone.
 template <int M, int NB, bool kAhead, class TA, class TB>
 void gemv_rows_pass(const GemvRowsArgs& g) {

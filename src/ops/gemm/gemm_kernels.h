@@ -27,7 +27,7 @@ inline constexpr int kAmxTileRows = 16;  // a chunk's last block may be one 16-r
 inline constexpr int kAmxK = 32;     // k per AMX step: one 64-byte bf16 tile row
 // AMX K block: B block 2048 x 64 bf16 = 256 KiB (L2). Measured against 1024, alternating
 // call by call in one process: one C tile round trip fewer per 2048 of K gains 1-2% on
-// packed bf16 GEMMs; 4096 and 8192 no better (gemm README).
+// packed bf16 GEMMs; 4096 and 8192 no better (gemm README, AMX).
 inline constexpr int64_t kAmxKc = 2048;
 
 // A arrives packed by the driver, one micro-panel per kMR rows, so the kernel's broadcasts

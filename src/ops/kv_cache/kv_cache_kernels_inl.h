@@ -30,7 +30,7 @@ OPTX_ALWAYS_INLINE void mla_rope_to(const MlaArgs& a, int64_t t, const T* from, 
 // pass per row, memory busy throughout. The rope part is streamed straight from the
 // rotation too. One fence per thread at the end: a fence per token was slower.
 // Measured (bf16, T = 4096, 2 threads): ordinary stores 0.83 ms; row staged in L1 then
-// streamed, two passes per row 0.47-0.60 ms; this — see README.
+// streamed, two passes per row 0.47-0.60 ms; this — see PERF_LOG.md.
 template <class V, class T>
 void mla_tokens_t(const MlaArgs& a, int64_t t0, int64_t t1) {
   if (t0 >= t1) return;

@@ -1,7 +1,7 @@
 // The routers' per-expert scores and top-k on AVX2 units (8 lanes): moe_gating_avx512.cpp's
 // steps with AVX2's compares and blends in place of its masks. The generic unit's scalar
 // std::exp cost ~17 ns per logit per thread; bench T = 16384, E = 64, top-6, 2 threads:
-// see the moe README.
+// see the moe PERF_LOG.md.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

@@ -51,7 +51,7 @@ OPTX_ALWAYS_INLINE void rotate_halves(const S* x1, const S* x2, const float* c, 
 // writing the destination directly spares fused ops a copy per head.
 // Interleaved (W > 1): y = x * (c0, c0, c1, c1, ..) + swap_pairs(x) * (-s0, s0, -s1, s1, ..),
 // the tables widened in registers per vector. Widening them once per token into an L1
-// table cost more than the rotation for a single head (MLA's k_pe: see kv_cache README).
+// table cost more than the rotation for a single head (MLA's k_pe: see the kv_cache PERF_LOG.md).
 // stream: non-temporal stores where y allows them (outputs that will not be read from
 // cache: the lines are not read from DRAM before being written).
 template <class V, class T>
