@@ -106,6 +106,8 @@ struct TensorView {
   // Product of the sizes; INT64_MAX where it overflows, so `numel() > 0 && !data` still
   // catches a null view whose sizes multiply past int64.
   int64_t numel() const;
+  // Row-major and dense (dims of size 1 may carry any stride); a view with no elements
+  // (a size of 0, none negative) is contiguous whatever its strides, as numpy's are.
   bool is_contiguous() const;
   template <class T>
   T* ptr() const {

@@ -85,6 +85,11 @@ TEST(Views, ContiguityAndNumel) {
   EXPECT_EQ(v.strides[0], 12);
   TensorView s = make_view(x, DType::kF32, {2, 3}, {8, 1});
   EXPECT_FALSE(s.is_contiguous());
+  // No elements: contiguous whatever the strides (numpy gives np.empty((2, 0, 4)) strides
+  // [4, 4, 1] in elements, where make_view gives [0, 4, 1]); a negative size never is.
+  EXPECT_TRUE(make_view(x, DType::kF32, {2, 0, 4}, {4, 4, 1}).is_contiguous());
+  EXPECT_TRUE(make_view(x, DType::kF32, {0, 3}, {1, 1}).is_contiguous());
+  EXPECT_FALSE(make_view(x, DType::kF32, {0, -3}, {1, 1}).is_contiguous());
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_STREQ(dtype_name(DType::kI64), "i64");
 }

@@ -49,6 +49,12 @@ int64_t TensorView::numel() const {
 // contiguous, and a rank past kMaxRank reads no sizes beyond the arrays.
 bool TensorView::is_contiguous() const {
   if (rank < 0 || rank > kMaxRank) return false;
+  bool none = false;  // no elements: nothing to lay out (np.empty((2, 0, 4)) has strides of its own)
+  for (int i = 0; i < rank; ++i) {
+    if (sizes[i] < 0) return false;
+    none |= sizes[i] == 0;
+  }
+  if (none) return true;
   int64_t expect = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != expect) return false;
