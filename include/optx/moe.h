@@ -120,7 +120,7 @@ struct MoeFinalizeParams {
   TensorView weights;    // [T, k] f32
   TensorView shared;     // [T, H] f32 | bf16; may be empty
   TensorView residual;   // [T, H] f32 | bf16; may be empty
-  TensorView out;        // [T, H] f32 | bf16
+  TensorView out;        // [T, H] f32 | bf16; may be shared or residual itself (in place), else apart
 };
 Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace ws = {});
 
@@ -145,7 +145,7 @@ struct MoeForwardParams {
   const PackedWeights* down = nullptr;     // E matrices [H, I]
   const PackedWeights* shared_gate_up = nullptr;  // 1 matrix [2 I_s, H]; may be null
   const PackedWeights* shared_down = nullptr;     // 1 matrix [H, I_s]
-  TensorView out;                   // [T, H], dtype of x
+  TensorView out;                   // [T, H], dtype of x; may be x itself (in place), else apart
   ScheduleStats* stats = nullptr;   // routed and shared expert GEMMs
 };
 size_t moe_forward_workspace_size(const MoeForwardParams& p);

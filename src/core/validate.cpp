@@ -133,6 +133,20 @@ Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std
   return Status::Ok();
 }
 
+TensorView workspace_view(Workspace ws) {
+  if (!ws.data || ws.bytes == 0) return {};
+  return make_view(ws.data, DType::kI8, {int64_t(std::min<size_t>(ws.bytes, size_t(kMaxViewBytes)))});
+}
+
+Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name) {
+  if (!views_overlap(dst, src)) return Status::Ok();
+  bool same = dst.data == src.data && dst.dtype == src.dtype && dst.rank == src.rank;
+  for (int i = 0; same && i < dst.rank; ++i) same = dst.sizes[i] == src.sizes[i] && (dst.sizes[i] == 1 || dst.strides[i] == src.strides[i]);
+  if (same) return Status::Ok();
+  return Error(StatusCode::kInvalidArgument, op, ": ", dst_name, " overlaps ", src_name, " without being ", src_name,
+               " itself (same data, dtype and strides)");
+}
+
 Status check_block_tables(const char* op, const TensorView& tables, const TensorView& lens, int64_t B, int64_t block_size,
                           int64_t num_slots, int64_t min_len, const char* min_name, int64_t* total) {
   OPTX_RETURN_IF_ERROR(check_view(op, "block_tables", tables));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "optx/runtime.h"
 #include "optx/status.h"
 #include "optx/tensor.h"
 
@@ -45,6 +46,14 @@ struct NamedView {
 // still being read, so an overlap would race or read what was already written (an index
 // overwritten after its check could address outside the output). The error names both.
 Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
+
+// The caller's workspace as a byte view for check_apart (empty without data): an op writes
+// it while its inputs are read and its outputs written, so it counts as an output.
+TensorView workspace_view(Workspace ws);
+
+// dst written in place over src (same data, strides and dtype: element i of dst replaces
+// element i of src after that is read), or apart from it. The error names both.
+Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name);
 
 // A paged cache's tables: block_tables i32 [B, max_blocks] with contiguous, non-overlapping
 // rows (B < 0: taken from block_tables), seq_lens contiguous i32 [B], block_size >= 1;

@@ -151,7 +151,8 @@ Seq seq_of(const TensorView& t, AttnLayout layout, const FlashGeo& g, bool is_q,
   return s;
 }
 
-Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
+// ws: the call's workspace (none for the size query), kept apart from every view.
+Status flash_validate(const FlashAttentionParams& p, FlashGeo* g, Workspace ws = {}) {
   constexpr const char* op = "flash_attention";
   const bool tnd = p.layout == AttnLayout::kTND;
   const int rank = tnd ? 3 : 4;
@@ -262,7 +263,12 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
   if (p.window_left < -1 || p.window_right < -1)
     return Error(StatusCode::kInvalidArgument, op, ": window_left=", p.window_left, ", window_right=", p.window_right,
                  " must be >= -1 (-1: unbounded)");
-  return Status::Ok();
+  // Rows of out are written while other jobs still read q / k / v (and cu_seqlens, which
+  // locate every job's rows).
+  const TensorView none;
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+                     {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"mask", p.mask}, {"bias", p.bias}, {"sinks", p.sinks},
+                      {"cu_seqlens_q", tnd ? p.cu_seqlens_q : none}, {"cu_seqlens_kv", tnd ? p.cu_seqlens_kv : none}});
 }
 
 // Jobs of flash attention: per batch, per kv head, per head chunk and query tile.
@@ -643,16 +649,20 @@ DecodeJobs paged_jobs(const PagedDecodeParams& p) {
   return d;
 }
 
-Status paged_validate(const PagedDecodeParams& p) {
+Status paged_validate(const PagedDecodeParams& p, Workspace ws = {}) {
   constexpr const char* op = "paged_decode_attention";
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.k_cache, "k_cache", 2));
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.v_cache, "v_cache", 2));
-  if (p.q.rank != 4) return Error(StatusCode::kInvalidArgument, op, ": q.rank=", p.q.rank, " but must be 4 ([B, Sq, Nq, D])");
+  OPTX_RETURN_IF_ERROR(check_tensor(op, p.q, "q", 4));
   const int64_t Nq = p.q.sizes[2], D = p.q.sizes[3];
+  if (Nq < 1) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[2]=", Nq, " query heads; need at least one");
   if (p.kv_heads < 1 || Nq % p.kv_heads)
     return Error(StatusCode::kInvalidArgument, op, ": kv_heads=", p.kv_heads, " must be >= 1 and divide Nq=", Nq);
+  // D bounded first, so kv_heads * D (kv_heads <= Nq < 2^48) cannot overflow.
+  if (D < 1 || D > kMaxHeadDim) return Error(StatusCode::kInvalidArgument, op, ": head dim D=q.sizes[3]=", D, " must be in [1, ", kMaxHeadDim, "]");
   if (p.k_cache.sizes[1] != p.kv_heads * D)
-    return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but kv_heads * D = ", p.kv_heads * D);
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but kv_heads * D = ", p.kv_heads, " * ", D,
+                 " = ", p.kv_heads * D);
   if (p.v_cache.sizes[1] % p.kv_heads || p.v_cache.sizes[0] != p.k_cache.sizes[0])
     return Error(StatusCode::kInvalidArgument, op, ": v_cache must be [num_slots=", p.k_cache.sizes[0], ", kv_heads * Dv]");
   const bool i8 = p.k_cache.dtype == DType::kI8 && p.v_cache.dtype == DType::kI8;
@@ -670,7 +680,12 @@ Status paged_validate(const PagedDecodeParams& p) {
   if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
     return Error(StatusCode::kInvalidArgument, op, ": head dims D=", D, ", Dv=", Dv, " must be in [1, ", kMaxHeadDim, "]");
   if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
-  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv);
+  OPTX_RETURN_IF_ERROR(decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv));
+  // A job writes its rows (or split partials into the workspace) while others still read
+  // the caches and the tables that address them.
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+                     {{"q", p.q}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache}, {"k_scales", p.k_scales}, {"v_scales", p.v_scales},
+                      {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }
 
 DecodeJobs mla_jobs(const MlaDecodeParams& p) {
@@ -693,7 +708,7 @@ DecodeJobs mla_jobs(const MlaDecodeParams& p) {
   return d;
 }
 
-Status mla_validate(const MlaDecodeParams& p) {
+Status mla_validate(const MlaDecodeParams& p, Workspace ws = {}) {
   constexpr const char* op = "mla_decode_attention";
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.cache, "cache", 2));
   if (p.q.rank != 4) return Error(StatusCode::kInvalidArgument, op, ": q.rank=", p.q.rank, " but must be 4 ([B, Sq, Nq, rank + rope])");
@@ -721,7 +736,11 @@ Status mla_validate(const MlaDecodeParams& p) {
                    dtype_name(p.cache.dtype));
   }
   if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
-  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank);
+  OPTX_RETURN_IF_ERROR(
+      decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank));
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+                     {{"q", p.q}, {"cache", p.cache}, {"cache_scales", p.cache_scales}, {"rope_cache", p.rope_cache},
+                      {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }
 
 // ---- registries -----------------------------------------------------------------------------
@@ -778,7 +797,7 @@ const dispatch::Registry<KernelsFn>& mla_registry() {
 
 Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) {
   FlashGeo g;
-  OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
+  OPTX_RETURN_IF_ERROR(flash_validate(p, &g, ws));
   const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
   const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
@@ -791,13 +810,13 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
 }
 
 Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws) {
-  OPTX_RETURN_IF_ERROR(paged_validate(p));
+  OPTX_RETURN_IF_ERROR(paged_validate(p, ws));
   DecodeJobs d = paged_jobs(p);
   return run_decode(k, d, ws, "paged_decode_attention");
 }
 
 Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
-  OPTX_RETURN_IF_ERROR(mla_validate(p));
+  OPTX_RETURN_IF_ERROR(mla_validate(p, ws));
   DecodeJobs d = mla_jobs(p);
   return run_decode(k, d, ws, "mla_decode_attention");
 }
@@ -864,6 +883,8 @@ Status attention_update(const AttentionUpdateParams& p, Workspace) {
     return Error(StatusCode::kInvalidArgument, op, ": lse must be f32 [R=", R, "], got ", dtype_name(p.lse.dtype), " rank ",
                  p.lse.rank, " sizes[0]=", p.lse.sizes[0]);
   if (!p.lse.empty()) OPTX_RETURN_IF_ERROR(check_disjoint(op, "lse", p.lse));
+  // A merged row written over partials not yet read would merge what it wrote.
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"out", p.out}, {"lse", p.lse}}, {{"outs", outs}, {"lses", lses}}));
   const float* o = static_cast<const float*>(outs.data);
   const float* l = static_cast<const float*>(lses.data);
   const bool bf = p.out.dtype == DType::kBF16;

@@ -1020,6 +1020,71 @@ TEST(AttentionBadInput, FuzzFindings) {
   EXPECT_EQ(err(mla_decode_attention(m0, {ws.data(), ws.size()})), "mla_decode_attention: q.sizes[2]=0 query heads; need at least one");
 }
 
+// Outputs (and the workspace, where splits keep their partials) are written while other
+// jobs still read q, the caches and the tables that address them: any overlap is an
+// error naming both views. (Found by a fuzzer: attention_update merged rows it had
+// already overwritten, without a word.) Shapes that would overflow kv_heads * D are
+// errors too, not undefined behaviour.
+TEST(AttentionBadInput, OutputsApartFromInputsAndWorkspace) {
+  std::vector<float> q(4 * 8), k(4 * 8), v(4 * 8), out(4 * 8), lse(8);
+  std::vector<uint8_t> ws(1 << 20);
+  auto err = [](const Status& st) { return st.ok() ? std::string("ok") : st.message(); };
+  FlashAttentionParams f{.q = make_view(q.data(), DType::kF32, {1, 4, 1, 8}), .k = make_view(k.data(), DType::kF32, {1, 4, 1, 8}),
+                         .v = make_view(v.data(), DType::kF32, {1, 4, 1, 8}), .out = make_view(out.data(), DType::kF32, {1, 4, 1, 8})};
+  EXPECT_EQ(err(flash_attention(f, {ws.data(), ws.size()})), "ok");
+  f.out = f.k;
+  EXPECT_EQ(err(flash_attention(f, {ws.data(), ws.size()})), "flash_attention: out overlaps k (an output must not share memory with an input)");
+  f.out = make_view(out.data(), DType::kF32, {1, 4, 1, 8});
+  f.lse = make_view(out.data() + 28, DType::kF32, {1, 1, 4});
+  EXPECT_EQ(err(flash_attention(f, {ws.data(), ws.size()})), "flash_attention: out and lse overlap (outputs must not share memory)");
+  f.lse = {};
+  const Status in_ws = flash_attention(f, {reinterpret_cast<uint8_t*>(q.data()), ws.size()});
+  EXPECT_EQ(err(in_ws), "flash_attention: workspace overlaps q (an output must not share memory with an input)");
+
+  std::vector<int32_t> table = {0}, len = {4};
+  PagedDecodeParams d{.q = make_view(q.data(), DType::kF32, {1, 1, 1, 8}), .k_cache = make_view(k.data(), DType::kF32, {4, 8}),
+                      .v_cache = make_view(v.data(), DType::kF32, {4, 8}), .block_tables = make_view(table.data(), DType::kI32, {1, 1}),
+                      .seq_lens = make_view(len.data(), DType::kI32, {1}), .block_size = 4, .kv_heads = 1,
+                      .out = make_view(out.data(), DType::kF32, {1, 1, 1, 8})};
+  EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), ws.size()})), "ok");
+  d.lse = make_view(table.data(), DType::kF32, {1, 1, 1});
+  EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), ws.size()})),
+            "paged_decode_attention: lse overlaps block_tables (an output must not share memory with an input)");
+  d.lse = {};
+  d.out = make_view(v.data() + 8, DType::kF32, {1, 1, 1, 8});
+  EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), ws.size()})),
+            "paged_decode_attention: out overlaps v_cache (an output must not share memory with an input)");
+  d.out = make_view(out.data(), DType::kF32, {1, 1, 1, 8});
+  // kv_heads * D past int64 (q's sizes each within the view bound): the head dim is
+  // bounded before the product is formed.
+  PagedDecodeParams big = d;
+  big.q = make_view(q.data(), DType::kF32, {1, 1, int64_t(1) << 40, int64_t(1) << 40});
+  big.q.strides[0] = big.q.strides[1] = big.q.strides[2] = big.q.strides[3] = 0;
+  big.kv_heads = int64_t(1) << 40;
+  EXPECT_NE(err(paged_decode_attention(big, {ws.data(), ws.size()})), "ok");
+  EXPECT_EQ(paged_decode_attention_workspace_size(big), 0u);
+
+  MlaDecodeParams m{.q = make_view(q.data(), DType::kF32, {1, 1, 1, 8}), .cache = make_view(k.data(), DType::kF32, {4, 8}),
+                    .block_tables = d.block_tables, .seq_lens = d.seq_lens, .block_size = 4, .kv_lora_rank = 4,
+                    .out = make_view(out.data(), DType::kF32, {1, 1, 1, 4})};
+  EXPECT_EQ(err(mla_decode_attention(m, {ws.data(), ws.size()})), "ok");
+  m.out = make_view(k.data() + 4, DType::kF32, {1, 1, 1, 4});
+  EXPECT_EQ(err(mla_decode_attention(m, {ws.data(), ws.size()})),
+            "mla_decode_attention: out overlaps cache (an output must not share memory with an input)");
+
+  std::vector<float> outs(2 * 3 * 4), lses(2 * 3, 0.0f), merged(3 * 4);
+  AttentionUpdateParams u{.outs = make_view(outs.data(), DType::kF32, {2, 3, 4}), .lses = make_view(lses.data(), DType::kF32, {2, 3}),
+                          .out = make_view(merged.data(), DType::kF32, {3, 4})};
+  EXPECT_EQ(err(attention_update(u)), "ok");
+  u.out = make_view(outs.data() + 4, DType::kF32, {3, 4});
+  EXPECT_EQ(err(attention_update(u)), "attention_update: out overlaps outs (an output must not share memory with an input)");
+  // No rows: nothing to lay out, whatever the strides (numpy's for np.empty((2, 0, 4))).
+  u.outs = make_view(outs.data(), DType::kF32, {2, 0, 4}, {4, 4, 1});
+  u.lses = make_view(lses.data(), DType::kF32, {2, 0}, {1, 1});
+  u.out = make_view(merged.data(), DType::kF32, {0, 4});
+  EXPECT_EQ(err(attention_update(u)), "ok");
+}
+
 // Zero query tokens write nothing: make_view gives the dims above an empty one stride 0,
 // which the output overlap check took for repeated elements.
 TEST(AttentionBadInput, ZeroQueryTokensAreNoOps) {

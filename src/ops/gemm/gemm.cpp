@@ -949,6 +949,10 @@ size_t gemm_workspace_size(const GemmParams& p) {
 namespace gemm_detail {
 Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p));
+  // C's tiles are stored while other threads still read A and B (and the workspace holds
+  // packed pieces of both). Packed weights are pack_weights' own allocation.
+  OPTX_RETURN_IF_ERROR(check_apart(kOp, {{"c", p.c}, {"workspace", workspace_view(ws)}},
+                                   {{"a", p.a}, {"b", p.b}, {"b_scales", p.b_scales}, {"bias", p.bias}}));
   if (impl.fn != gemm_reference) {
     const size_t need = workspace_bytes(p);
     if (ws.bytes < need || (need > 0 && !ws.data))

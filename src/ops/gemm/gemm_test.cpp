@@ -559,6 +559,29 @@ TEST_F(BadInput, NullData) {
   p.c.data = nullptr;
   expect_error(p, "c.data");
 }
+// C is stored while other threads still read A, B and the workspace (which holds packed
+// pieces of them): an overlap with any of them is an error naming both, not a result
+// computed from half-overwritten inputs.
+TEST_F(BadInput, COverlappingAnInputOrTheWorkspace) {
+  std::vector<float> big(64 * 64, 1.0f);
+  GemmParams p{.a = make_view(big.data(), DType::kF32, {8, 8}), .b = make_view(b.data(), DType::kF32, {5, 8}),
+               .c = make_view(big.data() + 4, DType::kF32, {8, 5}, {8, 1})};
+  expect_error(p, "c overlaps a");
+  p.c = make_view(b.data(), DType::kF32, {8, 5});  // c over b's first rows
+  p.a = make_view(big.data(), DType::kF32, {8, 8});
+  expect_error(p, "c overlaps b");
+  p = good();
+  p.bias = make_view(c.data() + 3, DType::kF32, {5});
+  expect_error(p, "c overlaps bias");
+  p = good();
+  std::vector<uint8_t> ws(1 << 20);
+  p.c = make_view(ws.data() + 256, DType::kF32, {4, 5});
+  const Status st = gemm(p, {ws.data(), ws.size()});
+  EXPECT_NE(st.message().find("gemm: c and workspace overlap"), std::string::npos) << st.message();
+  p = good();  // apart, and C read in place for beta != 0: fine
+  p.beta = 1.0f;
+  EXPECT_TRUE(gemm(p, {ws.data(), ws.size()}).ok());
+}
 TEST_F(BadInput, MismatchedK) {
   auto p = good();
   p.b = make_view(b.data(), DType::kF32, {4, 7});

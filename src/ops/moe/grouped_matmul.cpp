@@ -10,6 +10,7 @@
 #include <cmath>
 #include <span>
 
+#include "core/validate.h"
 #include "numerics/quant_i8.h"
 #include "ops/moe/moe_internal.h"
 
@@ -330,6 +331,31 @@ Status check_swiglu(const char* op, const GroupedMatmulSwigluParams& p, bool nee
   return Status::Ok();
 }
 
+template <class P>
+TensorView scales_of(const P& p) {
+  if constexpr (requires { p.out_scales; }) return p.out_scales;
+  else return {};
+}
+
+// Every part's outputs apart from each other, from every part's x and offsets, and from
+// the workspace: a part's tiles are stored while other threads still read the rows and
+// the offsets that place them.
+template <class P>
+Status parts_apart(const char* op, std::span<const P> parts, Workspace ws) {
+  const TensorView wsv = workspace_view(ws);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TensorView sc = scales_of(parts[i]);
+    for (size_t j = 0; j < parts.size(); ++j) {
+      OPTX_RETURN_IF_ERROR(check_apart(op, {{"out", parts[i].out}, {"out_scales", sc}, {"workspace", wsv}},
+                                       {{"x", parts[j].x}, {"group_offsets", parts[j].group_offsets}}));
+      if (j > i)
+        OPTX_RETURN_IF_ERROR(check_apart(op, {{"out", parts[i].out}, {"out_scales", sc}},
+                                         {{"another part's out", parts[j].out}, {"another part's out_scales", scales_of(parts[j])}}));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 size_t grouped_matmul_workspace_size(std::span<const GroupedMatmulParams> parts) {
@@ -353,6 +379,7 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
     jobs.push(plain_job(p));
   }
   OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_workspace_size", ws, jobs_ws(jobs)));
+  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws));
   return run_jobs(jobs, stats, ws, [](size_t, int64_t, int64_t) {});
 }
 
@@ -394,6 +421,7 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   }
   Jobs jobs;
   OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, swiglu_ws(sp, &jobs)));
+  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws));
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.n; ++i) {
     if (!sp.v[i].buf_cols) continue;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dispatch/registry.h"
+#include "core/validate.h"
 #include "numerics/quant_i8.h"
 #include "ops/moe/moe_internal.h"
 
@@ -75,7 +76,7 @@ Status check_gating(const char* op, const MoeGatingParams& p) {
   if (!p.bias.empty()) OPTX_RETURN_IF_ERROR(check_1d(op, p.bias, "bias", E, DType::kF32));
   if (p.topk_then_softmax && (p.score != MoeScore::kSoftmax || p.n_group > 1 || !p.bias.empty()))
     return Error(StatusCode::kInvalidArgument, op, ": topk_then_softmax takes softmax scoring without groups or bias");
-  return Status::Ok();
+  return check_apart(op, {{"topk_ids", p.topk_ids}, {"topk_weights", p.topk_weights}}, {{"logits", p.logits}, {"bias", p.bias}});
 }
 
 // The router over checked arguments; vk (null: the scalar loops): scores, selection scores
@@ -236,6 +237,12 @@ Status moe_init_routing(const MoeRoutingParams& p, Workspace) {
   OPTX_RETURN_IF_ERROR(check_1d(op, p.inverse, "inverse", N, DType::kI32));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.counts, "counts", E, DType::kI64));
   OPTX_RETURN_IF_ERROR(check_1d(op, p.offsets, "offsets", E, DType::kI64));
+  // The sort writes row_map / inverse while it still reads topk_ids: an overlap would sort
+  // ids it had overwritten and place rows outside row_map.
+  OPTX_RETURN_IF_ERROR(check_apart(op,
+                                   {{"sorted_rows", p.sorted_rows}, {"row_scales", p.row_scales}, {"row_map", p.row_map},
+                                    {"inverse", p.inverse}, {"counts", p.counts}, {"offsets", p.offsets}},
+                                   {{"x", p.x}, {"topk_ids", p.topk_ids}}));
   // Only -1 stands for num_experts: another negative end is a caller's mistake.
   const int64_t e0 = p.expert_begin, e1 = p.expert_end == -1 ? E : p.expert_end;
   if (e0 < 0 || e1 > E || e0 > e1)
@@ -298,6 +305,7 @@ Status moe_compute_expert_tokens(const TensorView& sorted_ids, const TensorView&
   OPTX_RETURN_IF_ERROR(check_1d(op, offsets, "offsets", -1, DType::kI64));
   const int64_t N = sorted_ids.sizes[0], E = offsets.sizes[0];
   if (E < 1) return Error(StatusCode::kInvalidArgument, op, ": offsets has ", E, " experts; needs at least 1");
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"offsets", offsets}}, {{"sorted_ids", sorted_ids}}));
   const int32_t* ids = static_cast<const int32_t*>(sorted_ids.data);
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= E || (i > 0 && ids[i] < ids[i - 1]))
@@ -326,6 +334,12 @@ Status moe_finalize_routing(const MoeFinalizeParams& p, Workspace) {
   OPTX_RETURN_IF_ERROR(check_2d(op, p.y, "y", -1, H, true));
   if (!p.shared.empty()) OPTX_RETURN_IF_ERROR(check_2d(op, p.shared, "shared", T, H, true));
   if (!p.residual.empty()) OPTX_RETURN_IF_ERROR(check_2d(op, p.residual, "residual", T, H, true));
+  // Rows of out are written while other rows still read inverse, weights and y (an
+  // inverse entry overwritten after its check would address outside y); out may replace
+  // shared or residual in place, each element read before it is written.
+  OPTX_RETURN_IF_ERROR(check_apart(op, {{"out", p.out}}, {{"weights", p.weights}, {"inverse", p.inverse}, {"y", p.y}}));
+  OPTX_RETURN_IF_ERROR(in_place_or_apart(op, p.out, "out", p.shared, "shared"));
+  OPTX_RETURN_IF_ERROR(in_place_or_apart(op, p.out, "out", p.residual, "residual"));
   const int32_t* inv = static_cast<const int32_t*>(p.inverse.data);
   for (int64_t i = 0; i < T * k; ++i)
     if (inv[i] < -1 || inv[i] >= p.y.sizes[0])

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/validate.h"
 #include "ops/gemm/gemm_internal.h"
 #include "ops/moe/moe_internal.h"
 
@@ -159,6 +160,12 @@ Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p, /*need_data=*/true));
   const Layout l = layout_of(p);
   OPTX_RETURN_IF_ERROR(moe_detail::check_workspace("moe_forward", "moe_forward_workspace_size", ws, l.total));
+  // The workspace holds the routing that places every row; out is written last, by the
+  // finalize, once nothing reads x any more: it may replace x in place.
+  const TensorView wsv = workspace_view(ws);
+  OPTX_RETURN_IF_ERROR(check_apart("moe_forward", {{"workspace", wsv}, {"out", p.out}}, {{"router", p.router}, {"bias", p.bias}}));
+  OPTX_RETURN_IF_ERROR(check_apart("moe_forward", {{"workspace", wsv}}, {{"x", p.x}}));
+  OPTX_RETURN_IF_ERROR(in_place_or_apart("moe_forward", p.out, "out", p.x, "x"));
   if (l.T == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   auto at = [&](size_t off) { return static_cast<void*>(base + off); };

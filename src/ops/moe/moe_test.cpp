@@ -1001,6 +1001,75 @@ struct RoutingBufs {
 
 // Negative sizes used to pass the family's 2-D checks: x and sorted_rows [T, -1] made
 // moe_init_routing memcpy 2^64 - 4 bytes per row, and T = -1 (or H = -1) returned OK.
+// Outputs are written while the inputs that place them are still read: an overlap is an
+// error naming both views. (Found by a fuzzer: init_routing with row_map over topk_ids
+// sorted ids it had overwritten and wrote past row_map; finalize with out over inverse
+// read y at row indices made of float bits.) out may replace shared / residual in place.
+TEST(MoeBadInput, OutputsApartFromInputsOrInPlace) {
+  auto err = [](const Status& st) { return st.ok() ? std::string("ok") : st.message(); };
+  const int64_t T = 6, k = 1, H = 2, E = 2;
+  std::vector<int32_t> ids = {1, 1, 1, 0, 0, 0}, row_map(T * k), inverse(T * k);
+  std::vector<float> x(T * H, 1.0f), sorted(T * k * H);
+  std::vector<int64_t> counts(E), offsets(E);
+  MoeRoutingParams r{.x = make_view(x.data(), DType::kF32, {T, H}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                     .num_experts = E, .sorted_rows = make_view(sorted.data(), DType::kF32, {T * k, H}),
+                     .row_map = make_view(row_map.data(), DType::kI32, {T * k}), .inverse = make_view(inverse.data(), DType::kI32, {T * k}),
+                     .counts = make_view(counts.data(), DType::kI64, {E}), .offsets = make_view(offsets.data(), DType::kI64, {E})};
+  EXPECT_EQ(err(moe_init_routing(r)), "ok");
+  r.row_map = make_view(ids.data(), DType::kI32, {T * k});
+  EXPECT_EQ(err(moe_init_routing(r)), "moe_init_routing: row_map overlaps topk_ids (an output must not share memory with an input)");
+  r.row_map = make_view(row_map.data(), DType::kI32, {T * k});
+  r.counts = make_view(inverse.data() + 2, DType::kI64, {E});
+  EXPECT_EQ(err(moe_init_routing(r)), "moe_init_routing: inverse and counts overlap (outputs must not share memory)");
+  r.counts = make_view(counts.data(), DType::kI64, {E});
+  EXPECT_EQ(err(moe_compute_expert_tokens(make_view(offsets.data(), DType::kI32, {2}), make_view(offsets.data(), DType::kI64, {E}))),
+            "moe_compute_expert_tokens: offsets overlaps sorted_ids (an output must not share memory with an input)");
+
+  std::vector<float> logits(T * E), wts(T * k);
+  MoeGatingParams g{.logits = make_view(logits.data(), DType::kF32, {T, E}), .topk_ids = make_view(ids.data(), DType::kI32, {T, k}),
+                    .topk_weights = make_view(logits.data(), DType::kF32, {T, k})};
+  EXPECT_EQ(err(moe_gating_topk(g)), "moe_gating_topk: topk_weights overlaps logits (an output must not share memory with an input)");
+
+  // finalize: out over inverse is an error; out as residual itself is the sum in place.
+  std::vector<int32_t> inv = {0, 1, 0, 0};  // inverse is the first two; out may cover all four
+  std::vector<float> w = {0.5f, 2.0f}, y = {1, 2, 3, 4}, res = {10, 20, 30, 40};
+  MoeFinalizeParams f{.y = make_view(y.data(), DType::kF32, {2, 2}), .inverse = make_view(inv.data(), DType::kI32, {2}),
+                      .weights = make_view(w.data(), DType::kF32, {2, 1}), .residual = make_view(res.data(), DType::kF32, {2, 2}),
+                      .out = make_view(inv.data(), DType::kF32, {2, 2})};
+  f.residual = {};
+  EXPECT_EQ(err(moe_finalize_routing(f)), "moe_finalize_routing: out overlaps inverse (an output must not share memory with an input)");
+  f.residual = make_view(res.data(), DType::kF32, {2, 2});
+  f.out = make_view(res.data() + 1, DType::kF32, {2, 2}, {2, 1});
+  f.out.sizes[0] = 1;  // one token's row, shifted into the residual's
+  f.weights = make_view(w.data(), DType::kF32, {1, 1});
+  f.inverse = make_view(inv.data(), DType::kI32, {1});
+  f.residual = make_view(res.data(), DType::kF32, {1, 2});
+  EXPECT_EQ(err(moe_finalize_routing(f)),
+            "moe_finalize_routing: out overlaps residual without being residual itself (same data, dtype and strides)");
+  f = {.y = make_view(y.data(), DType::kF32, {2, 2}), .inverse = make_view(inv.data(), DType::kI32, {2}),
+       .weights = make_view(w.data(), DType::kF32, {2, 1}), .residual = make_view(res.data(), DType::kF32, {2, 2}),
+       .out = make_view(res.data(), DType::kF32, {2, 2})};
+  EXPECT_EQ(err(moe_finalize_routing(f)), "ok");
+  EXPECT_EQ(res, (std::vector<float>{10.5f, 21.0f, 36.0f, 48.0f}));  // res + w[t] * y[inv[t]]
+  f.out = make_view(res.data(), DType::kBF16, {2, 2});  // same bytes, another dtype: not in place
+  EXPECT_NE(err(moe_finalize_routing(f)).find("out overlaps residual without being residual itself"), std::string::npos);
+
+  // grouped_matmul: out over x, or inside the workspace.
+  const int64_t M = 4, K = 8, N = 4;
+  std::vector<float> gx(M * K, 1.0f), gw(2 * N * K, 0.5f), gout(M * N);
+  std::vector<int64_t> goff = {2, 4};
+  PackedWeights W;
+  ASSERT_TRUE(pack_weights({.w = make_view(gw.data(), DType::kF32, {2, N, K})}, &W).ok());
+  GroupedMatmulParams gm{.x = make_view(gx.data(), DType::kF32, {M, K}), .weights = &W,
+                         .group_offsets = make_view(goff.data(), DType::kI64, {2}), .out = make_view(gout.data(), DType::kF32, {M, N})};
+  std::vector<uint8_t> ws(grouped_matmul_workspace_size(gm) + 4096);
+  EXPECT_EQ(err(grouped_matmul(gm, {ws.data(), ws.size()})), "ok");
+  gm.out = make_view(gx.data() + 8, DType::kF32, {M, N});
+  EXPECT_EQ(err(grouped_matmul(gm, {ws.data(), ws.size()})), "grouped_matmul: out overlaps x (an output must not share memory with an input)");
+  gm.out = make_view(ws.data() + 64, DType::kF32, {M, N});
+  EXPECT_EQ(err(grouped_matmul(gm, {ws.data(), ws.size()})), "grouped_matmul: out and workspace overlap (outputs must not share memory)");
+}
+
 TEST(MoeBadInput, NegativeSizesAreErrors) {
   RoutingBufs r(2, 2, 4, 4);
   MoeRoutingParams rp = r.p;

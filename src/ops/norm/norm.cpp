@@ -34,16 +34,6 @@ Status check_matrix(const char* op, const TensorView& t, const char* name, int64
   return Status::Ok();
 }
 
-// `dst`, written row by row as `src` is read, must be src itself (same data and row
-// stride: each row is read before it is written) or apart: a shifted overlap would read
-// rows already written.
-Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name) {
-  if (views_overlap(dst, src) && (dst.data != src.data || (src.sizes[0] > 1 && dst.strides[0] != src.strides[0])))
-    return Error(StatusCode::kInvalidArgument, op, ": ", dst_name, " overlaps ", src_name, " without being ", src_name,
-                 " itself (same data and strides)");
-  return Status::Ok();
-}
-
 Status check_common(const char* op, const TensorView& x, const TensorView& w, const TensorView& out, float eps, Rows* r) {
   if (x.rank != 2) return Error(StatusCode::kInvalidArgument, op, ": x.rank=", x.rank, " but must be 2 ([T, H])");
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16)
