@@ -174,7 +174,8 @@ Status check_block_tables(const char* op, const TensorView& tables, const Tensor
     for (int64_t j = 0; j * block_size < l[b]; ++j) {
       const int32_t id = t[b * tables.strides[0] + j];
       if (id < 0 || id >= num_blocks)
-        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks, ")");
+        return Error(StatusCode::kInvalidArgument, op, ": block_tables[", b, "][", j, "]=", id, " is outside [0, ", num_blocks,
+                     ") (num_slots=", num_slots, " / block_size=", block_size, ")");
     }
     sum += l[b];
   }

@@ -873,7 +873,11 @@ TEST(KvCacheBadInput, MessagesNameTheArgument) {
                    .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = 2,
                    .k_out = make_view(k.data(), DType::kBF16, {3, 8})};
   st = gather_pa_kv_cache(g);
-  EXPECT_NE(st.message().find("block_tables[0][1]=5 is outside [0, 3)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("block_tables[0][1]=5 is outside [0, 3) (num_slots=6 / block_size=2)"), std::string::npos) << st.message();
+  g.block_size = INT64_MAX;  // no whole block fits the cache: the message says why the range is empty
+  EXPECT_NE(gather_pa_kv_cache(g).message().find("is outside [0, 0) (num_slots=6 / block_size=9223372036854775807)"), std::string::npos)
+      << gather_pa_kv_cache(g).message();
+  g.block_size = 2;
   lens[0] = 5;
   EXPECT_NE(gather_pa_kv_cache(g).message().find("seq_lens[0]=5"), std::string::npos);
 
