@@ -24,7 +24,7 @@ Status rms_norm(const RmsNormParams& p, Workspace ws = {});
 
 struct AddRmsNormParams {
   TensorView x;         // [T, H] f32 | bf16: the sublayer output to add
-  TensorView residual;  // [T, H], dtype of x: read, then overwritten with residual + x
+  TensorView residual;  // [T, H], dtype of x: read, then overwritten with residual + x; may be x itself
   TensorView weight;    // [H], dtype of x, contiguous
   TensorView out;       // [T, H], dtype of x; may alias x, must not alias residual
   float eps = 1e-6f;

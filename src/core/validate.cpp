@@ -133,9 +133,10 @@ Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std
   return Status::Ok();
 }
 
-TensorView workspace_view(Workspace ws) {
-  if (!ws.data || ws.bytes == 0) return {};
-  return make_view(ws.data, DType::kI8, {int64_t(std::min<size_t>(ws.bytes, size_t(kMaxViewBytes)))});
+TensorView workspace_view(Workspace ws, size_t used) {
+  const size_t bytes = std::min({ws.bytes, used, size_t(kMaxViewBytes)});
+  if (!ws.data || bytes == 0) return {};
+  return make_view(ws.data, DType::kI8, {int64_t(bytes)});
 }
 
 Status in_place_or_apart(const char* op, const TensorView& dst, const char* dst_name, const TensorView& src, const char* src_name) {

@@ -47,9 +47,11 @@ struct NamedView {
 // overwritten after its check could address outside the output). The error names both.
 Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
 
-// The caller's workspace as a byte view for check_apart (empty without data): an op writes
-// it while its inputs are read and its outputs written, so it counts as an output.
-TensorView workspace_view(Workspace ws);
+// The first `used` bytes of the caller's workspace (what the op's size query asks for) as a
+// byte view for check_apart, empty without data: an op writes them while its inputs are
+// read and its outputs written, so they count as an output. Bytes past them are the
+// caller's (an arena that also holds the outputs).
+TensorView workspace_view(Workspace ws, size_t used);
 
 // dst written in place over src (same data, strides and dtype: element i of dst replaces
 // element i of src after that is read), or apart from it. The error names both.

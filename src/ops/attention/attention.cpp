@@ -266,7 +266,8 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g, Workspace ws =
   // Rows of out are written while other jobs still read q / k / v (and cu_seqlens, which
   // locate every job's rows).
   const TensorView none;
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+  const size_t used = scratch_bytes(g->D, g->Dv, kMaxFlashRows) * size_t(num_threads()) + kAlign;  // flash_workspace()'s
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
                      {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"mask", p.mask}, {"bias", p.bias}, {"sinks", p.sinks},
                       {"cu_seqlens_q", tnd ? p.cu_seqlens_q : none}, {"cu_seqlens_kv", tnd ? p.cu_seqlens_kv : none}});
 }
@@ -658,11 +659,12 @@ Status paged_validate(const PagedDecodeParams& p, Workspace ws = {}) {
   if (Nq < 1) return Error(StatusCode::kInvalidArgument, op, ": q.sizes[2]=", Nq, " query heads; need at least one");
   if (p.kv_heads < 1 || Nq % p.kv_heads)
     return Error(StatusCode::kInvalidArgument, op, ": kv_heads=", p.kv_heads, " must be >= 1 and divide Nq=", Nq);
-  // D bounded first, so kv_heads * D (kv_heads <= Nq < 2^48) cannot overflow.
+  // kv_heads * D is never formed: with no batch (B = 0) q has no elements, and Nq, and so
+  // kv_heads, may reach 2^62.
   if (D < 1 || D > kMaxHeadDim) return Error(StatusCode::kInvalidArgument, op, ": head dim D=q.sizes[3]=", D, " must be in [1, ", kMaxHeadDim, "]");
-  if (p.k_cache.sizes[1] != p.kv_heads * D)
-    return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but kv_heads * D = ", p.kv_heads, " * ", D,
-                 " = ", p.kv_heads * D);
+  if (p.k_cache.sizes[1] % D != 0 || p.k_cache.sizes[1] / D != p.kv_heads)
+    return Error(StatusCode::kInvalidArgument, op, ": k_cache.sizes[1]=", p.k_cache.sizes[1], " but must be kv_heads * D = ", p.kv_heads,
+                 " * ", D);
   if (p.v_cache.sizes[1] % p.kv_heads || p.v_cache.sizes[0] != p.k_cache.sizes[0])
     return Error(StatusCode::kInvalidArgument, op, ": v_cache must be [num_slots=", p.k_cache.sizes[0], ", kv_heads * Dv]");
   const bool i8 = p.k_cache.dtype == DType::kI8 && p.v_cache.dtype == DType::kI8;
@@ -683,7 +685,8 @@ Status paged_validate(const PagedDecodeParams& p, Workspace ws = {}) {
   OPTX_RETURN_IF_ERROR(decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv));
   // A job writes its rows (or split partials into the workspace) while others still read
   // the caches and the tables that address them.
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+  const size_t used = ws.data ? decode_workspace(paged_jobs(p)) : 0;
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
                      {{"q", p.q}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache}, {"k_scales", p.k_scales}, {"v_scales", p.v_scales},
                       {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }
@@ -738,7 +741,8 @@ Status mla_validate(const MlaDecodeParams& p, Workspace ws = {}) {
   if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
   OPTX_RETURN_IF_ERROR(
       decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank));
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws)}},
+  const size_t used = ws.data ? decode_workspace(mla_jobs(p)) : 0;
+  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
                      {{"q", p.q}, {"cache", p.cache}, {"cache_scales", p.cache_scales}, {"rope_cache", p.rope_cache},
                       {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }

@@ -1038,8 +1038,15 @@ TEST(AttentionBadInput, OutputsApartFromInputsAndWorkspace) {
   f.lse = make_view(out.data() + 28, DType::kF32, {1, 1, 4});
   EXPECT_EQ(err(flash_attention(f, {ws.data(), ws.size()})), "flash_attention: out and lse overlap (outputs must not share memory)");
   f.lse = {};
-  const Status in_ws = flash_attention(f, {reinterpret_cast<uint8_t*>(q.data()), ws.size()});
+  // A workspace over q (q's bytes only: the overlap is found before the size is checked).
+  const Status in_ws = flash_attention(f, {reinterpret_cast<uint8_t*>(q.data()), q.size() * sizeof(float)});
   EXPECT_EQ(err(in_ws), "flash_attention: workspace overlaps q (an output must not share memory with an input)");
+  // Past the bytes the op asks for, the caller's arena may hold the outputs.
+  const size_t fneed = flash_attention_workspace_size(f);
+  std::vector<uint8_t> arena(fneed + 4 * 8 * sizeof(float) + 64);
+  f.out = make_view(arena.data() + fneed + 64, DType::kF32, {1, 4, 1, 8});
+  EXPECT_EQ(err(flash_attention(f, {arena.data(), arena.size()})), "ok");
+  f.out = make_view(out.data(), DType::kF32, {1, 4, 1, 8});
 
   std::vector<int32_t> table = {0}, len = {4};
   PagedDecodeParams d{.q = make_view(q.data(), DType::kF32, {1, 1, 1, 8}), .k_cache = make_view(k.data(), DType::kF32, {4, 8}),
@@ -1055,13 +1062,14 @@ TEST(AttentionBadInput, OutputsApartFromInputsAndWorkspace) {
   EXPECT_EQ(err(paged_decode_attention(d, {ws.data(), ws.size()})),
             "paged_decode_attention: out overlaps v_cache (an output must not share memory with an input)");
   d.out = make_view(out.data(), DType::kF32, {1, 1, 1, 8});
-  // kv_heads * D past int64 (q's sizes each within the view bound): the head dim is
-  // bounded before the product is formed.
+  // kv_heads * D past int64: with no batch q has no elements, so Nq (and kv_heads) may be
+  // 2^62; the product is never formed (UBSan aborted on it).
   PagedDecodeParams big = d;
-  big.q = make_view(q.data(), DType::kF32, {1, 1, int64_t(1) << 40, int64_t(1) << 40});
-  big.q.strides[0] = big.q.strides[1] = big.q.strides[2] = big.q.strides[3] = 0;
-  big.kv_heads = int64_t(1) << 40;
-  EXPECT_NE(err(paged_decode_attention(big, {ws.data(), ws.size()})), "ok");
+  big.q = make_view(q.data(), DType::kF32, {0, 1, int64_t(1) << 62, 8});
+  big.out = make_view(out.data(), DType::kF32, {0, 1, int64_t(1) << 62, 8});
+  big.kv_heads = int64_t(1) << 62;
+  EXPECT_EQ(err(paged_decode_attention(big, {ws.data(), ws.size()})),
+            "paged_decode_attention: k_cache.sizes[1]=8 but must be kv_heads * D = 4611686018427387904 * 8");
   EXPECT_EQ(paged_decode_attention_workspace_size(big), 0u);
 
   MlaDecodeParams m{.q = make_view(q.data(), DType::kF32, {1, 1, 1, 8}), .cache = make_view(k.data(), DType::kF32, {4, 8}),

@@ -950,11 +950,14 @@ namespace gemm_detail {
 Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p));
   // C's tiles are stored while other threads still read A and B (and the workspace holds
-  // packed pieces of both). Packed weights are pack_weights' own allocation.
-  OPTX_RETURN_IF_ERROR(check_apart(kOp, {{"c", p.c}, {"workspace", workspace_view(ws)}},
-                                   {{"a", p.a}, {"b", p.b}, {"b_scales", p.b_scales}, {"bias", p.bias}}));
+  // packed pieces of both); a packed B may be a caller's own PackedMatrix.
+  const size_t need = impl.fn != gemm_reference ? workspace_bytes(p) : 0;
+  const TensorView none;
+  OPTX_RETURN_IF_ERROR(check_apart(kOp, {{"c", p.c}, {"workspace", workspace_view(ws, need)}},
+                                   {{"a", p.a}, {"b", p.b}, {"b_scales", p.b_scales}, {"bias", p.bias},
+                                    {"packed_b", p.packed_b ? packed_bytes(*p.packed_b) : none},
+                                    {"packed_b->scales", p.packed_b ? packed_scales(*p.packed_b) : none}}));
   if (impl.fn != gemm_reference) {
-    const size_t need = workspace_bytes(p);
     if (ws.bytes < need || (need > 0 && !ws.data))
       return Error(StatusCode::kWorkspaceTooSmall, kOp, ": workspace.bytes=", ws.bytes,
                    " but gemm_workspace_size()=", need, " (at ", num_threads(), " threads)");

@@ -22,6 +22,11 @@ PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc =
 // kAlign-aligned, since the kernels read k rows inside each k_padded-row panel with
 // aligned vector loads. Errors name op and the argument `name`.
 Status check_packed_layout(const char* op, const char* name, const PackedMatrix& m);
+
+// A checked packed matrix's panels, and its i8 scales (64 per panel; empty otherwise), as
+// byte / f32 views for check_apart.
+TensorView packed_bytes(const PackedMatrix& m);
+TensorView packed_scales(const PackedMatrix& m);
 // One K block of kc rows of a strip-layout f32 panel (four [kc][16] strips at src) as a
 // [kc][64] panel block at dst: for kernels that do not run strips.
 void strips_to_panel(const float* src, int64_t kc, float* dst);

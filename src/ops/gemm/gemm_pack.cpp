@@ -78,6 +78,18 @@ Status check_packed_layout(const char* op, const char* name, const PackedMatrix&
   return Status::Ok();
 }
 
+// Views past int64 or 2^48 bytes (a hand-built matrix's sizes) are clamped: overlap tests
+// then see the first 2^48 bytes, which no real buffer exceeds.
+TensorView packed_bytes(const PackedMatrix& m) {
+  int64_t bytes;
+  if (!m.data || __builtin_mul_overflow(m.n_panels(), m.panel_bytes, &bytes) || bytes > kMaxViewBytes) bytes = m.data ? kMaxViewBytes : 0;
+  return bytes > 0 ? make_view(const_cast<void*>(m.data), DType::kI8, {bytes}) : TensorView{};
+}
+TensorView packed_scales(const PackedMatrix& m) {
+  const int64_t n = std::min(m.n_panels() * kNR, kMaxViewElements / 4);
+  return m.dtype == DType::kI8 && m.scales && n > 0 ? make_view(const_cast<float*>(m.scales), DType::kF32, {n}) : TensorView{};
+}
+
 void pack_scales(const TensorView& scales, int64_t j, float* dst) {
   const int64_t N = scales.sizes[0];
   const float* s = static_cast<const float*>(scales.data);

@@ -338,11 +338,11 @@ TensorView scales_of(const P& p) {
 }
 
 // Every part's outputs apart from each other, from every part's x and offsets, and from
-// the workspace: a part's tiles are stored while other threads still read the rows and
-// the offsets that place them.
+// the workspace's first `used` bytes: a part's tiles are stored while other threads still
+// read the rows and the offsets that place them.
 template <class P>
-Status parts_apart(const char* op, std::span<const P> parts, Workspace ws) {
-  const TensorView wsv = workspace_view(ws);
+Status parts_apart(const char* op, std::span<const P> parts, Workspace ws, size_t used) {
+  const TensorView wsv = workspace_view(ws, used);
   for (size_t i = 0; i < parts.size(); ++i) {
     const TensorView sc = scales_of(parts[i]);
     for (size_t j = 0; j < parts.size(); ++j) {
@@ -378,8 +378,9 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
                                        p.offsets_are_counts, p.x.sizes[0]));
     jobs.push(plain_job(p));
   }
-  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_workspace_size", ws, jobs_ws(jobs)));
-  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws));
+  const size_t need = jobs_ws(jobs);
+  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_workspace_size", ws, need));
+  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws, need));
   return run_jobs(jobs, stats, ws, [](size_t, int64_t, int64_t) {});
 }
 
@@ -420,8 +421,9 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
     sp.push(swiglu_part(p));
   }
   Jobs jobs;
-  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, swiglu_ws(sp, &jobs)));
-  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws));
+  const size_t need = swiglu_ws(sp, &jobs);
+  OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, need));
+  OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws, need));
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.n; ++i) {
     if (!sp.v[i].buf_cols) continue;

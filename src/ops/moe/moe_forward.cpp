@@ -162,8 +162,11 @@ Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(moe_detail::check_workspace("moe_forward", "moe_forward_workspace_size", ws, l.total));
   // The workspace holds the routing that places every row; out is written last, by the
   // finalize, once nothing reads x any more: it may replace x in place.
-  const TensorView wsv = workspace_view(ws);
-  OPTX_RETURN_IF_ERROR(check_apart("moe_forward", {{"workspace", wsv}, {"out", p.out}}, {{"router", p.router}, {"bias", p.bias}}));
+  const TensorView wsv = workspace_view(ws, l.total);
+  const TensorView none;
+  OPTX_RETURN_IF_ERROR(check_apart("moe_forward", {{"workspace", wsv}, {"out", p.out}},
+                                   {{"router", p.router}, {"bias", p.bias},
+                                    {"packed_router", p.packed_router ? gemm_detail::packed_bytes(*p.packed_router) : none}}));
   OPTX_RETURN_IF_ERROR(check_apart("moe_forward", {{"workspace", wsv}}, {{"x", p.x}}));
   OPTX_RETURN_IF_ERROR(in_place_or_apart("moe_forward", p.out, "out", p.x, "x"));
   if (l.T == 0) return Status::Ok();

@@ -999,8 +999,6 @@ struct RoutingBufs {
   }
 };
 
-// Negative sizes used to pass the family's 2-D checks: x and sorted_rows [T, -1] made
-// moe_init_routing memcpy 2^64 - 4 bytes per row, and T = -1 (or H = -1) returned OK.
 // Outputs are written while the inputs that place them are still read: an overlap is an
 // error naming both views. (Found by a fuzzer: init_routing with row_map over topk_ids
 // sorted ids it had overwritten and wrote past row_map; finalize with out over inverse
@@ -1070,6 +1068,8 @@ TEST(MoeBadInput, OutputsApartFromInputsOrInPlace) {
   EXPECT_EQ(err(grouped_matmul(gm, {ws.data(), ws.size()})), "grouped_matmul: out and workspace overlap (outputs must not share memory)");
 }
 
+// Negative sizes used to pass the family's 2-D checks: x and sorted_rows [T, -1] made
+// moe_init_routing memcpy 2^64 - 4 bytes per row, and T = -1 (or H = -1) returned OK.
 TEST(MoeBadInput, NegativeSizesAreErrors) {
   RoutingBufs r(2, 2, 4, 4);
   MoeRoutingParams rp = r.p;
