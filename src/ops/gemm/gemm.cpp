@@ -425,7 +425,13 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // (AVX2: each panel as four quarter streams; AVX-512: one panel after another, each
     // one stream with an L2 run-ahead).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
-    const bool use_gemv4 = mrows == 1 && p.packed_b && gemv4 && !use_dp && !strip_layout;  // gemv4 reads [K][64] panels
+    // The decode kernels only for a call whose rows are all in this chunk: they sum K in
+    // their own stream order, so a larger call's last chunk of 1-6 rows (whose size
+    // depends on the thread count) must take the K-ordered kernels its other chunks take,
+    // or its rows would round differently at another thread count (AVX2, bf16 M = 17:
+    // 12 + 5 rows at two threads, 23 elements 1 ulp apart from one thread's).
+    const bool whole_call = mrows == pl.M;
+    const bool use_gemv4 = whole_call && mrows == 1 && p.packed_b && gemv4 && !use_dp && !strip_layout;  // gemv4 reads [K][64] panels
     auto run_gemv4 = [&](int64_t j) {
       Gemv4Args g{.kc = K, .a = af, .b = {}, .acc = acc};
       for (int q = 0; q < 4; ++q) g.b[q] = p.packed_b->panel(pl.swiglu ? j + q % 2 + q / 2 * up : j + q);
@@ -449,7 +455,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // rows that way (32 accumulators) ran 0.79-0.84x; in passes of two rows over 4 KiB
     // steps (AVX2 M = 4-6, gemm_avx2.cpp) they gain too.
     const auto by_rows = [&](const auto& fns) -> Gemv4Fn {
-      return mrows >= 2 && size_t(mrows - 2) < std::size(fns) ? fns[mrows - 2] : nullptr;
+      return whole_call && mrows >= 2 && size_t(mrows - 2) < std::size(fns) ? fns[mrows - 2] : nullptr;
     };
     const Gemv4Fn gemv2 = !p.packed_b || use_dp ? nullptr
                           : bt == DType::kBF16  ? by_rows(kt.gemv2_bf16b)

@@ -201,15 +201,16 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
                   bool accumulate, const Prefetch& pf) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   const int64_t chunk = 2 * kBf16ChunkBytes / (kNR * 4);  // k values, even
-  // Up to three rows the pieces alternate between the first and the second half of K (0,
-  // half, 1, half + 1, ...): two streams. 2816 x 2048 from DRAM, two threads, alternating
-  // with one stream in one process: M = 2 / 3 -4 to -9% / -3 to -5% time, M = 4 / 5 / 6
-  // +4-6% / +2-5% / +8-9% (those are nearer their compute time). Packed decode of 2-6 rows
-  // (bf16) now streams pairs of panels in gemv_bf16b / gemv_bf16b_passes; this path keeps
-  // a thread's lone last panel.
-  const int64_t pieces = std::max<int64_t>(1, (kc + chunk - 1) / chunk), half = M <= 3 ? (pieces + 1) / 2 : 0;
+  // Pieces in K order, as every other kernel sums K: a row's result must not depend on
+  // the slice it lands in, and slices follow the thread count's row chunks. (Up to three
+  // rows used to alternate pieces between K's two halves, two DRAM streams: M = 2 / 3 -4
+  // to -9% / -3 to -5% time at 2816 x 2048 on two threads, when this kernel ran decode;
+  // packed decode of 2-6 rows now streams pairs of panels in gemv_bf16b / gemv_bf16b_passes,
+  // and this path keeps a thread's lone last panel and prefill slices, where the other
+  // order made bf16 results depend on the thread count by an ulp.)
+  const int64_t pieces = std::max<int64_t>(1, (kc + chunk - 1) / chunk);
   for (int64_t j = 0; j < pieces; ++j) {
-    const int64_t k0 = (half == 0 ? j : j % 2 ? half + j / 2 : j / 2) * chunk;
+    const int64_t k0 = j * chunk;
     const int64_t k1 = std::min(kc, k0 + chunk);
     for (int s = 0; s < 8 / NV; ++s) {
       // Three rows keep one pass of 3 x 4 accumulators (a few on the stack): two rows and

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <array>
 #include <tuple>
 #include <limits>
 
@@ -309,14 +310,21 @@ TEST(Gemm, Bf16DenormalWeightsCountAsZeroAndTheCallersMxcsr) {
 #endif
 
 // Decode shapes (M <= 6) claim panels from a shared cursor, so which thread computes a
-// panel changes from call to call; the results must not.
-class GemmThreads : public ::testing::TestWithParam<int64_t> {
+// panel changes from call to call; the results must not. Row chunks follow the thread
+// count, so a larger M's last chunk (M = 17: 12 + 5 rows at two threads) and its slices
+// of 1-3 rows must sum K in the order the other chunks do (an API fuzzer found both
+// apart by an ulp on the AVX2 unit, bf16; the gemm_max_isa_avx2 test runs this there).
+class GemmThreads : public ::testing::TestWithParam<std::array<int64_t, 3>> {
  protected:
-  const int64_t M = GetParam(), N = M < 16 ? 1100 : 300, K = 333;  // decode-sized M: many panels
+  const int64_t M = GetParam()[0], N = GetParam()[1], K = GetParam()[2];
 };
-INSTANTIATE_TEST_SUITE_P(Rows, GemmThreads, ::testing::Values(150, 1, 2, 3, 5, 12));
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmThreads,  // decode-sized M over many panels; then row chunks
+                         ::testing::Values(std::array<int64_t, 3>{150, 300, 333}, std::array<int64_t, 3>{1, 1100, 333},
+                                           std::array<int64_t, 3>{2, 1100, 333}, std::array<int64_t, 3>{3, 1100, 333},
+                                           std::array<int64_t, 3>{5, 1100, 333}, std::array<int64_t, 3>{12, 1100, 333},
+                                           std::array<int64_t, 3>{17, 200, 16}, std::array<int64_t, 3>{37, 64, 72}));
 
-TEST_P(GemmThreads, DeterministicAndThreadCountIndependent) {
+TEST_P(GemmThreads, DeterministicAndThreadCountIndependentOnSelectedIsa) {
   testing::Rng rng(7);
   std::vector<uint16_t> a(M * K), b(N * K);
   testing::fill_bf16(a.data(), M * K, rng);
