@@ -42,6 +42,9 @@ struct FlashAttentionParams {
   TensorView sinks;  // [Nq] f32: a per-head logit with no value, added to the softmax denominator
   float softcap = 0.0f;  // > 0: s = softcap * tanh(s / softcap), before bias and masks
 };
+// Workspace sizes here and below grow with the thread count (per-thread job scratch):
+// query at the num_threads() the call will run with (gemm.h); a workspace sized for more
+// threads serves fewer, one sized for fewer is refused (kWorkspaceTooSmall).
 size_t flash_attention_workspace_size(const FlashAttentionParams& p);
 Status flash_attention(const FlashAttentionParams& p, Workspace ws);
 

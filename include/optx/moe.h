@@ -94,6 +94,8 @@ struct GroupedMatmulParams {
   TensorView out;                // [M, N] f32 | bf16
   ScheduleStats* stats = nullptr;
 };
+// Workspace sizes of the grouped GEMMs and moe_forward grow with the thread count: query
+// at the num_threads() the call will run with (gemm.h); more threads' size serves fewer.
 size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p);
 Status grouped_matmul(const GroupedMatmulParams& p, Workspace ws);
 

@@ -109,7 +109,9 @@ inline Status check_1d(const char* op, const TensorView& t, const char* name, in
 // The workspace the caller sized with fn_name, checked by the op the caller called (in
 // grouped_matmul before the split schedule hands it to gemm, whose error would name gemm).
 inline Status check_workspace(const char* op, const char* fn_name, Workspace ws, size_t need) {
-  if (ws.bytes < need) return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", fn_name, "()=", need);
+  if (ws.bytes < need)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", fn_name, "()=", need, " (at ", num_threads(),
+                 " threads)");
   if (!ws.data) return Error(StatusCode::kInvalidArgument, op, ": workspace.data is null (workspace.bytes=", ws.bytes, ")");
   return Status::Ok();
 }
