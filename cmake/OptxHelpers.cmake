@@ -40,6 +40,8 @@ function(optx_finalize_tests)
     # capped runs check dispatch itself picks and runs the lower ISA paths.
     add_test(NAME ${family} COMMAND optx_${family}_test)
     if(family STREQUAL "core")
+      add_test(NAME core_thread_limit COMMAND optx_core_test --gtest_filter=*ThreadLimit*)
+      set_tests_properties(core_thread_limit PROPERTIES ENVIRONMENT "OMP_THREAD_LIMIT=2")
       continue()
     endif()
     foreach(cap scalar avx2)

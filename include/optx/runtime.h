@@ -45,7 +45,7 @@ std::vector<std::string> registered_ops();
 // Defaults to OMP_NUM_THREADS if set, else the number of cores.
 void set_num_threads(int n);
 // The threads an op called from this thread plans for: the ThreadScope override, else
-// set_num_threads' count (at most OMP_THREAD_LIMIT) — except 1 inside an OpenMP parallel
+// set_num_threads' count, either at most OMP_THREAD_LIMIT — except 1 inside an OpenMP parallel
 // region that cannot fork another team (nesting off or at its OMP_MAX_ACTIVE_LEVELS): an
 // op called there runs on the calling thread. Ops may be called concurrently from several
 // threads (each with its own outputs and workspace), from user threads or from the

@@ -253,6 +253,22 @@ TEST(Threads, OneInsideARegionThatCannotFork) {
   }
 }
 
+// OMP_THREAD_LIMIT caps the team OpenMP forks, so it caps what ops plan for too, whether
+// the count comes from set_num_threads or a ThreadScope (a scope past it planned splits
+// and workspaces for threads that never came). Run by the core_thread_limit test, which
+// sets OMP_THREAD_LIMIT=2; without a limit there is nothing to cap.
+TEST(Threads, NeitherCountPassesTheThreadLimit) {
+  const int limit = omp_get_thread_limit();
+  if (limit > 64) GTEST_SKIP() << "OMP_THREAD_LIMIT not set (ctest core_thread_limit sets it)";
+  set_num_threads(limit + 1);
+  EXPECT_EQ(num_threads(), limit);
+  {
+    ThreadScope scope(limit + 2);
+    EXPECT_EQ(num_threads(), limit);
+  }
+  set_num_threads(0);
+}
+
 // Every item once, in contiguous chunks of at least min_chunk (the last may be shorter),
 // on 1-3 threads and for n around the chunk sizes.
 TEST(Threads, ParallelChunksCoverEachItemOnce) {

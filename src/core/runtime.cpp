@@ -84,7 +84,9 @@ ThreadScope::ThreadScope(int n) : prev_(t_threads) { t_threads = std::max(n, 0);
 ThreadScope::~ThreadScope() { t_threads = prev_; }
 
 int num_threads() {
-  if (t_threads > 0) return t_threads;
+  // OMP_THREAD_LIMIT: no team gets more, so neither count plans for more (a ThreadScope
+  // past it planned splits for threads that never came, and sized workspaces for them).
+  if (t_threads > 0) return std::min(t_threads, omp_get_thread_limit());
   // A parallel region opened here would get a team of one: planning for more would split
   // the work for threads that never come (or, in kernels with per-thread shares, leave
   // their shares undone).
@@ -94,7 +96,7 @@ int num_threads() {
     n = default_threads();
     g_threads.store(n);
   }
-  return std::min(n, omp_get_thread_limit());  // OMP_THREAD_LIMIT: no team gets more
+  return std::min(n, omp_get_thread_limit());
 }
 
 void* aligned_alloc_bytes(size_t bytes, size_t align) {
