@@ -47,10 +47,10 @@ struct NamedView {
 // overwritten after its check could address outside the output). The error names both.
 Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
 
-// The first `used` bytes of the caller's workspace (what the op's size query asks for) as a
-// byte view for check_apart, empty without data: an op writes them while its inputs are
-// read and its outputs written, so they count as an output. Bytes past them are the
-// caller's (an arena that also holds the outputs).
+// The first `used` bytes of the caller's workspace (the bytes the call writes, at most what
+// its size query asks for) as a byte view for check_apart, empty without data: an op writes
+// them while its inputs are read and its outputs written, so they count as an output. Bytes
+// past them are the caller's (an arena that also holds the outputs).
 TensorView workspace_view(Workspace ws, size_t used);
 
 // dst written in place over src (same data, strides and dtype: element i of dst replaces

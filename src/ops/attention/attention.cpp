@@ -151,8 +151,7 @@ Seq seq_of(const TensorView& t, AttnLayout layout, const FlashGeo& g, bool is_q,
   return s;
 }
 
-// ws: the call's workspace (none for the size query), kept apart from every view.
-Status flash_validate(const FlashAttentionParams& p, FlashGeo* g, Workspace ws = {}) {
+Status flash_validate(const FlashAttentionParams& p, FlashGeo* g) {
   constexpr const char* op = "flash_attention";
   const bool tnd = p.layout == AttnLayout::kTND;
   const int rank = tnd ? 3 : 4;
@@ -263,11 +262,16 @@ Status flash_validate(const FlashAttentionParams& p, FlashGeo* g, Workspace ws =
   if (p.window_left < -1 || p.window_right < -1)
     return Error(StatusCode::kInvalidArgument, op, ": window_left=", p.window_left, ", window_right=", p.window_right,
                  " must be >= -1 (-1: unbounded)");
-  // Rows of out are written while other jobs still read q / k / v (and cu_seqlens, which
-  // locate every job's rows).
+  return Status::Ok();
+}
+
+// The outputs and the workspace bytes a call uses (after validation), apart from the
+// inputs: rows of out are written while other jobs still read q / k / v (and cu_seqlens,
+// which locate every job's rows).
+Status flash_apart(const FlashAttentionParams& p, const TensorView& workspace) {
   const TensorView none;
-  const size_t used = scratch_bytes(g->D, g->Dv, kMaxFlashRows) * size_t(num_threads()) + kAlign;  // flash_workspace()'s
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
+  const bool tnd = p.layout == AttnLayout::kTND;
+  return check_apart("flash_attention", {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace}},
                      {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"mask", p.mask}, {"bias", p.bias}, {"sinks", p.sinks},
                       {"cu_seqlens_q", tnd ? p.cu_seqlens_q : none}, {"cu_seqlens_kv", tnd ? p.cu_seqlens_kv : none}});
 }
@@ -582,8 +586,8 @@ void merge_rows(const DecodeJobs& d) {
   }
 }
 
-Status run_decode(const Kernels& k, DecodeJobs& d, Workspace ws, const char* op) {
-  const size_t need = decode_workspace(d);
+// need: decode_workspace(d), taken before the kernel's all-heads choice below.
+Status run_decode(const Kernels& k, DecodeJobs& d, size_t need, Workspace ws, const char* op) {
   if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows, k.decode_f32)) {
     d.all_heads = true;
     d.splits = decode_splits(d, longest(d));
@@ -650,7 +654,7 @@ DecodeJobs paged_jobs(const PagedDecodeParams& p) {
   return d;
 }
 
-Status paged_validate(const PagedDecodeParams& p, Workspace ws = {}) {
+Status paged_validate(const PagedDecodeParams& p) {
   constexpr const char* op = "paged_decode_attention";
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.k_cache, "k_cache", 2));
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.v_cache, "v_cache", 2));
@@ -679,14 +683,16 @@ Status paged_validate(const PagedDecodeParams& p, Workspace ws = {}) {
     OPTX_RETURN_IF_ERROR(check_scales(op, *t, n, p.k_cache.sizes[0], "i8 caches"));
   }
   const int64_t Dv = p.v_cache.sizes[1] / p.kv_heads;
-  if (D < 1 || D > kMaxHeadDim || Dv < 1 || Dv > kMaxHeadDim)
+  if (Dv < 1 || Dv > kMaxHeadDim)  // D is bounded above
     return Error(StatusCode::kInvalidArgument, op, ": head dims D=", D, ", Dv=", Dv, " must be in [1, ", kMaxHeadDim, "]");
   if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
-  OPTX_RETURN_IF_ERROR(decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv));
-  // A job writes its rows (or split partials into the workspace) while others still read
-  // the caches and the tables that address them.
-  const size_t used = ws.data ? decode_workspace(paged_jobs(p)) : 0;
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
+  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.k_cache.sizes[0], p.out, p.lse, Dv);
+}
+
+// A decode job writes its rows (or split partials into the workspace) while others still
+// read the caches and the tables that address them.
+Status paged_apart(const PagedDecodeParams& p, const TensorView& workspace) {
+  return check_apart("paged_decode_attention", {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace}},
                      {{"q", p.q}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache}, {"k_scales", p.k_scales}, {"v_scales", p.v_scales},
                       {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }
@@ -711,7 +717,7 @@ DecodeJobs mla_jobs(const MlaDecodeParams& p) {
   return d;
 }
 
-Status mla_validate(const MlaDecodeParams& p, Workspace ws = {}) {
+Status mla_validate(const MlaDecodeParams& p) {
   constexpr const char* op = "mla_decode_attention";
   OPTX_RETURN_IF_ERROR(check_tensor(op, p.cache, "cache", 2));
   if (p.q.rank != 4) return Error(StatusCode::kInvalidArgument, op, ": q.rank=", p.q.rank, " but must be 4 ([B, Sq, Nq, rank + rope])");
@@ -739,10 +745,11 @@ Status mla_validate(const MlaDecodeParams& p, Workspace ws = {}) {
                    dtype_name(p.cache.dtype));
   }
   if (!std::isfinite(p.scale)) return Error(StatusCode::kInvalidArgument, op, ": scale=", p.scale, " must be finite (0: 1/sqrt(D))");
-  OPTX_RETURN_IF_ERROR(
-      decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank));
-  const size_t used = ws.data ? decode_workspace(mla_jobs(p)) : 0;
-  return check_apart(op, {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace_view(ws, used)}},
+  return decode_validate_common(op, p.q, p.block_tables, p.seq_lens, p.block_size, p.cache.sizes[0], p.out, p.lse, p.kv_lora_rank);
+}
+
+Status mla_apart(const MlaDecodeParams& p, const TensorView& workspace) {
+  return check_apart("mla_decode_attention", {{"out", p.out}, {"lse", p.lse}, {"workspace", workspace}},
                      {{"q", p.q}, {"cache", p.cache}, {"cache_scales", p.cache_scales}, {"rope_cache", p.rope_cache},
                       {"block_tables", p.block_tables}, {"seq_lens", p.seq_lens}});
 }
@@ -801,10 +808,11 @@ const dispatch::Registry<KernelsFn>& mla_registry() {
 
 Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) {
   FlashGeo g;
-  OPTX_RETURN_IF_ERROR(flash_validate(p, &g, ws));
+  OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
   const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
   const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
+  OPTX_RETURN_IF_ERROR(flash_apart(p, workspace_view(ws, need)));
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
                  " but flash_attention_workspace_size()=", need, " (at ", num_threads(), " threads)");
@@ -814,15 +822,19 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
 }
 
 Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws) {
-  OPTX_RETURN_IF_ERROR(paged_validate(p, ws));
+  OPTX_RETURN_IF_ERROR(paged_validate(p));
   DecodeJobs d = paged_jobs(p);
-  return run_decode(k, d, ws, "paged_decode_attention");
+  const size_t need = decode_workspace(d);
+  OPTX_RETURN_IF_ERROR(paged_apart(p, workspace_view(ws, need)));
+  return run_decode(k, d, need, ws, "paged_decode_attention");
 }
 
 Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
-  OPTX_RETURN_IF_ERROR(mla_validate(p, ws));
+  OPTX_RETURN_IF_ERROR(mla_validate(p));
   DecodeJobs d = mla_jobs(p);
-  return run_decode(k, d, ws, "mla_decode_attention");
+  const size_t need = decode_workspace(d);
+  OPTX_RETURN_IF_ERROR(mla_apart(p, workspace_view(ws, need)));
+  return run_decode(k, d, need, ws, "mla_decode_attention");
 }
 
 size_t flash_workspace(const FlashAttentionParams& p) {
