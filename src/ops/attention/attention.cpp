@@ -503,13 +503,54 @@ constexpr int64_t kBalanceSplits = 4, kBalanceBlocks = 4096 / kKvBlock;
 // max_len: the longest sequence (the run), or the tables' capacity (the workspace query:
 // the count never falls as max_len grows, so a workspace sized once for the tables
 // serves every later decode step).
+//
+// Whole jobs that do not share out evenly leave threads idle at the end of the call: MLA
+// at Sq = 3 (16 heads: a 32-row and a 16-row job) ran one job per thread and took as
+// long as Sq = 4; three sequences' all-heads jobs on two threads likewise. So the count
+// is also at least the smallest (up to kEvenSplits) whose pool schedule ends within
+// kEvenSlack of an even share, as far as the blocks allow. That rule reads only shapes
+// (rows per job, sequences taken as equally long), so the workspace query finds it too.
+constexpr int64_t kEvenSplits = 8;
+constexpr double kEvenSlack = 1.1;
+constexpr int kEvenMaxThreads = 256;  // the schedule's per-thread state lives on the stack
+
+// When the pool (dynamic, jobs taken in index order by whichever thread is free) ends,
+// the jobs cut into `splits` equal parts, in rows x (one sequence's keys).
+double pool_makespan(const DecodeJobs& d, int64_t splits, double* free_at, int T) {
+  std::fill(free_at, free_at + T, 0.0);
+  const auto take = [&](double work) { *std::min_element(free_at, free_at + T) += work; };
+  const int64_t G = d.G, hpj = d.heads_per_job, qpj = d.q_per_job;
+  for (int64_t b = 0; b < d.B; ++b) {
+    if (d.all_heads) {
+      for (int64_t sp = 0; sp < splits; ++sp) take(double(d.Nq * d.Sq) / double(splits));
+      continue;
+    }
+    for (int64_t idx = 0; idx < d.Nkv * d.head_chunks * d.q_tiles * splits; ++idx) {
+      const Tile t = tile_of(idx % (d.head_chunks * d.q_tiles * splits), d.head_chunks, d.q_tiles, splits);
+      const int64_t heads = std::min(G, (t.hc + 1) * hpj) - t.hc * hpj, tokens = std::min(d.Sq, (t.qt + 1) * qpj) - t.qt * qpj;
+      take(double(heads * tokens) / double(splits));
+    }
+  }
+  return *std::max_element(free_at, free_at + T);
+}
+
+int64_t even_splits(const DecodeJobs& d, int64_t jobs, int T) {
+  if (T < 2 || T > kEvenMaxThreads || jobs > 8 * int64_t(T)) return 1;  // many jobs: the tail is a small share
+  double free_at[kEvenMaxThreads];
+  const double even = double(d.rows_total()) / T;
+  for (int64_t s = 1; s < kEvenSplits; ++s)
+    if (pool_makespan(d, s, free_at, T) <= kEvenSlack * even) return s;
+  return kEvenSplits;
+}
+
 int64_t decode_splits(const DecodeJobs& d, int64_t max_len) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
-  if (jobs >= T) return 1;
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
+  const int64_t even = std::min(even_splits(d, jobs, T), blocks / kMinSplitBlocks);
+  if (jobs >= T) return std::max<int64_t>(1, even);
   const int64_t per_job = (T + jobs - 1) / jobs;
-  const int64_t splits = std::max(std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks));
+  const int64_t splits = std::max({std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks), even});
   return std::clamp<int64_t>(splits, 1, 64);
 }
 

@@ -410,7 +410,10 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                // several KV heads, and 12 heads per group
                                                {1, 2, 32, 8, 64, std::vector<int32_t>{600}},
                                                {2, 3, 16, 4, 64, std::vector<int32_t>{90, 300}},
-                                               {1, 1, 48, 4, 64, std::vector<int32_t>{530}}}) {
+                                               {1, 1, 48, 4, 64, std::vector<int32_t>{530}},
+                                               // three all-heads jobs: split at 2 threads so
+                                               // they share out evenly (decode_splits)
+                                               {3, 1, 16, 2, 64, std::vector<int32_t>{520, 600, 530}}}) {
           if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
           DecodeCase c;
           c.dtype = dt, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.lens = lens;
@@ -623,6 +626,9 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
                                                          {1, 1, 16, 64, 32, std::vector<int32_t>{600}, 64},
                                                          {1, 2, 16, 64, 32, std::vector<int32_t>{300}, 64},
                                                          {1, 1, 16, 64, 32, std::vector<int32_t>{100}, 8},
+                                                         // a 32-row and a 16-row job: split at 2
+                                                         // threads so they share out evenly
+                                                         {1, 3, 16, 64, 32, std::vector<int32_t>{600}, 64},
                                                          // 20 rows: a score group of 8 half empty
                                                          {1, 1, 20, 64, 16, std::vector<int32_t>{150}, 64}}) {
             // Only >= 2 x kMinSplitBlocks blocks split at 2 threads.
