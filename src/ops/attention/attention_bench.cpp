@@ -289,11 +289,12 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
 // (per-token scales, bf16 rope part) of the same values, timed alternately; each row's
-// bytes are what its cache holds for the context.
-void bench_mla(bench::Context& ctx, int64_t ctx_len) {
+// bytes are what its cache holds for the context. Sq > 1 (DeepSeek-V3's multi-token
+// prediction: 2): the bf16 cache only.
+void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   const int64_t H = 16, D = 576, Dv = 512, R = D - Dv, bs = 64;
   const double bf16_bytes = double(ctx_len * D * 2), i8_bytes = double(ctx_len * (Dv + 4 + R * 2));
-  const double flops = 2.0 * double(H) * double(ctx_len) * double(D + Dv);  // q . latent+rope and p . latent per (head, key)
+  const double flops = 2.0 * double(H * Sq) * double(ctx_len) * double(D + Dv);  // q . latent+rope and p . latent per (row, key)
   const int copies = copies_for(i8_bytes);  // >= the bf16 cache's count
   const int64_t blocks = ctx_len / bs, slots = blocks * copies * bs;
   bench::Buffer kc(size_t(slots * D) * 2), lat(size_t(slots * Dv)), sc(size_t(slots) * 4), rc(size_t(slots * R) * 2);
@@ -304,14 +305,14 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
   for (int64_t s = 0; s < slots; ++s) std::copy(kc.as<uint16_t>() + s * D + Dv, kc.as<uint16_t>() + (s + 1) * D, rc.as<uint16_t>() + s * R);
   auto tables = bench::disjoint_tables(copies, blocks, rng);
   std::vector<int32_t> lens = {int32_t(ctx_len)};
-  std::vector<uint16_t> q(size_t(H * D)), out(size_t(H * Dv));
-  testing::fill_bf16(q.data(), H * D, rng);
+  std::vector<uint16_t> q(size_t(Sq * H * D)), out(size_t(Sq * H * Dv));
+  testing::fill_bf16(q.data(), Sq * H * D, rng);
   constexpr float kScale = 0.1f;  // optx's and basic's
   auto params = [&](bool i8, int c) {
-    MlaDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, H, D}), .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
+    MlaDecodeParams p{.q = make_view(q.data(), DType::kBF16, {1, Sq, H, D}), .cache = make_view(kc.data(), DType::kBF16, {slots, D}),
                       .block_tables = make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}),
                       .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs, .kv_lora_rank = Dv,
-                      .out = make_view(out.data(), DType::kBF16, {1, 1, H, Dv}), .scale = kScale};
+                      .out = make_view(out.data(), DType::kBF16, {1, Sq, H, Dv}), .scale = kScale};
     if (i8) {
       p.cache = make_view(lat.data(), DType::kI8, {slots, Dv});
       p.cache_scales = make_view(sc.data(), DType::kF32, {slots});
@@ -320,7 +321,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
     return p;
   };
   const char* op = "mla_decode_attention";
-  const std::string shape = "B=1 H=16 D=576 ctx=" + std::to_string(ctx_len);
+  const std::string shape = "B=1 H=16 D=576 ctx=" + std::to_string(ctx_len) + (Sq > 1 ? " Sq=" + std::to_string(Sq) : "");
   bench::Record r{.op = op, .case_ = "dtype=bf16 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   std::vector<uint8_t> ws(std::max(mla_decode_attention_workspace_size(params(false, 0)), mla_decode_attention_workspace_size(params(true, 0))));
@@ -344,17 +345,25 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len) {
                       rc.as<uint16_t>(), R);
     else
       basic.gather(kc.as<uint16_t>(), D, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>());
-    basic.attend(q.data(), H, D, 0, 0, Dv, ctx_len, kScale, basic_out.data());
+    for (int64_t t = 0; t < Sq; ++t)  // new token t sees the keys up to its own position
+      basic.attend(q.data() + t * H * D, H, D, 0, 0, Dv, ctx_len - Sq + 1 + t, kScale, basic_out.data() + t * H * Dv);
   };
   // optx against basic on the same cache copy before timing (each cache kind).
   for (bool i8 : {false, true}) {
+    if (i8 && Sq > 1) break;
     const std::string& k = i8 ? key8 : key;
     bench::check(mla_decode_attention(params(i8, 0), {ws.data(), ws.size()}), k);
     basic_call(i8, 0);
     bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   }
+  const auto bf16_call = [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
+  if (Sq > 1) {
+    r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
+    ctx.add_interleaved(r, bf16_call, b, [&] { basic_call(false, set_b++ % copies); }, flops, bf16_bytes);
+    return;
+  }
   const auto tm = ctx.time_interleaved({
-      [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); },
+      bf16_call,
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
       [&] { basic_call(false, set_b++ % copies); },
       [&] { basic_call(true, set_b8++ % copies); },
@@ -381,8 +390,10 @@ void bench_attention(bench::Context& ctx) {
     if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
     if (!ctx.quick) bench_paged(ctx, 1, 32768, false, 2);  // speculative decoding: 2 new tokens
   }
-  if (ctx.wants("mla_decode_attention"))
+  if (ctx.wants("mla_decode_attention")) {
     for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
+    if (!ctx.quick) bench_mla(ctx, 8192, 2);  // multi-token prediction: 2 new tokens
+  }
 }
 
 OPTX_REGISTER_BENCH("flash_attention|paged_decode_attention|mla_decode_attention", bench_attention);
