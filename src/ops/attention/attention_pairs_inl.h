@@ -178,12 +178,16 @@ struct PairRows {
   }
 };
 
-// Int8 latent scores of a superblock (the AMX unit's TDPBSSD path): the h and l parts
-// [2][kSuper keys][32 rows], q's scales per row and the keys' scales.
+// Int8 scores of a superblock (an i8 MLA latent, or GQA's i8 K): the h and l parts
+// [2][kSuper keys][32 rows], q's scales per row, the keys' K scales, and the scales
+// folded into P's columns (V's; null: sk, the latent being V too). st_part: the float
+// scores st hold a part of each score (the rope's), else st is not read.
 struct Int8Scores {
   const int32_t* sti = nullptr;
   const float* qs = nullptr;
   const float* sk = nullptr;
+  const float* sv = nullptr;
+  bool st_part = true;
 };
 
 // The vertical online softmax of one superblock of n keys from kb (n <= kSuper), rows
@@ -229,7 +233,7 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
       const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
       const __m512 scale = _mm512_set1_ps(c.scale);
       for (int64_t k = 0; k < n; ++k) {
-        __m512 s = _mm512_load_ps(st + k * 32 + 16 * half);
+        __m512 s = q8.sti && !q8.st_part ? _mm512_setzero_ps() : _mm512_load_ps(st + k * 32 + 16 * half);
         if (q8.sti) {  // + scale_k * qs_r * (h + l / 254)
           const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + k * 32 + 16 * half));
           const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + (kSuper + k) * 32 + 16 * half));
@@ -284,9 +288,9 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
       q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.999999251e-1f));
       return _mm512_maskz_scalef_ps(_mm512_mask_cmp_ps_mask(live, t, lo_arg, _CMP_GE_OQ), q, t);
     };
-    const float* sk = q8.sti ? q8.sk : nullptr;  // hoisted: q8's fields are re-read past pt's stores
+    const float* sv = q8.sti ? (q8.sv ? q8.sv : q8.sk) : nullptr;  // hoisted: q8's fields are re-read past pt's stores
     const auto store_p = [&](int64_t k, __m512 p) {
-      if (sk) p = _mm512_mul_ps(p, _mm512_set1_ps(sk[k]));  // V is the unscaled int8 row
+      if (sv) p = _mm512_mul_ps(p, _mm512_set1_ps(sv[k]));  // V is the unscaled int8 row
       _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
     };
     __m512 lb0 = _mm512_setzero_ps(), lb1 = _mm512_setzero_ps();

@@ -644,7 +644,8 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
 }
 
 // Decode jobs of 9-32 rows of one KV head (more than kDecodeRows rows per KV head, so no
-// all-heads job): bf16 and i8 caches, paged blocks smaller than a 128-key superblock, one
+// all-heads job): bf16 and i8 caches (AVX512_BF16: read as int8 where D % 64 == 0 — D = 64,
+// 128 — dequantised to bf16 otherwise), paged blocks smaller than a 128-key superblock, one
 // and two KV heads, Sq > 1 (causal among the new tokens), Dv % 64 == 32 and D != Dv, row
 // counts with every remainder of the 6-row P . V blocks, and at 2 threads the KV split
 // (partial outputs and lse, a split starting past key 0).
