@@ -8,8 +8,17 @@
 #     AMX          sources built with AVX-512 + BF16 + AMX-TILE/AMX-BF16 flags
 #     TESTS        GoogleTest sources (one test binary per family)
 #     TOOLS        verify / bench registrations, linked into the optx CLI)
+#
+# The family's C API binding and its test join SOURCES and TESTS by their names,
+# <family>_c_api.cpp and <family>_c_api_test.cpp, where the folder has them.
 function(optx_add_op family)
   cmake_parse_arguments(OP "" "" "SOURCES;AVX2;AVX512;AVX512_BF16;AMX;TESTS;TOOLS" ${ARGN})
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${family}_c_api.cpp)
+    list(APPEND OP_SOURCES ${family}_c_api.cpp)
+  endif()
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${family}_c_api_test.cpp)
+    list(APPEND OP_TESTS ${family}_c_api_test.cpp)
+  endif()
   target_sources(optx_generic PRIVATE ${OP_SOURCES})
   target_sources(optx_isa_avx2 PRIVATE ${OP_AVX2})
   target_sources(optx_isa_avx512 PRIVATE ${OP_AVX512})

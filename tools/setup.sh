@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(g++ cmake ninja-build pkg-config libgtest-dev libopenblas-dev libdnnl-dev)
+pkgs=(gcc g++ cmake ninja-build pkg-config libgtest-dev libopenblas-dev libdnnl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,102 +1,120 @@
-// C API: converts C structs to the C++ params and Status to codes + thread-local message.
-#include "optx/optx.h"
-
-#include <algorithm>
+// C API: the last error, the runtime functions; the ops are bound in each family's
+// <family>_c_api.cpp through core/c_api_internal.h.
 #include <cstring>
 #include <string>
-#include <utility>
+#include <vector>
 
-#include "ops/gemm/gemm_internal.h"
-#include "optx/gemm.h"
+#include "core/c_api_internal.h"
 
+struct optx_thread_scope {
+  explicit optx_thread_scope(int n) : scope(n) {}
+  optx::ThreadScope scope;
+};
+
+namespace optx::capi {
 namespace {
-thread_local std::string g_last_error;
+thread_local std::string t_error;
+// Stands in for t_error when even the message could not be allocated.
+thread_local const char* t_fixed_error = nullptr;
+constexpr const char* kNoRoomForMessage = "optx: out of memory (while recording an error message)";
 
-optx_status to_c(const optx::Status& s) {
-  if (!s.ok()) g_last_error = s.message();
+void set_error(const std::string& message) noexcept {
+  try {
+    t_error = message;
+    t_fixed_error = nullptr;
+  } catch (...) {
+    t_fixed_error = kNoRoomForMessage;
+  }
+}
+
+// Copies name into buf as optx_selected_impl documents: NUL-terminated, truncated.
+void copy_name(const std::string& name, char* buf, size_t buf_size) {
+  std::strncpy(buf, name.c_str(), buf_size - 1);
+  buf[buf_size - 1] = '\0';
+}
+}  // namespace
+
+optx_status to_c(const Status& s) noexcept {
+  if (!s.ok()) set_error(s.message());
   return static_cast<optx_status>(s.code());
 }
 
-// The rank goes through as given (check_view names a bad one with its value); sizes and
-// strides past the C struct's six are never read.
-optx::TensorView to_view(const optx_tensor& t) {
-  optx::TensorView v;
-  v.data = t.data;
-  v.dtype = static_cast<optx::DType>(t.dtype);
-  v.rank = t.rank;
-  for (int i = 0; i < std::min(t.rank, optx::kMaxRank); ++i) {
-    v.sizes[i] = t.sizes[i];
-    v.strides[i] = t.strides[i];
+void clear_error() noexcept {
+  t_error.clear();  // keeps its capacity: no allocation, no throw
+  t_fixed_error = nullptr;
+}
+
+optx_status fail(optx_status code, const char* where, const char* what) noexcept {
+  try {
+    set_error(std::string(where) + ": " + what);
+  } catch (...) {
+    t_fixed_error = kNoRoomForMessage;
   }
-  return v;
+  return code;
 }
 
-// A C caller's enum is any int: a value past DType's uint8_t range would wrap onto a valid
-// dtype (256 onto f32) in the cast above, so it is rejected here with the value as passed.
-// Read as the int it is (loading an out-of-range value as the enum type is undefined in C++).
-optx::Status check_dtypes(const optx_gemm_params& p) {
-  static_assert(sizeof(optx_dtype) == sizeof(int));
-  const std::pair<const char*, const optx_tensor*> ts[] = {{"a", &p.a}, {"b", &p.b}, {"b_scales", &p.b_scales}, {"bias", &p.bias}, {"c", &p.c}};
-  for (const auto& [name, t] : ts) {
-    int d = 0;
-    std::memcpy(&d, &t->dtype, sizeof d);
-    if (d < OPTX_F32 || d > OPTX_I64)
-      return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: ", name, ".dtype=", d, " is not an optx_dtype");
-  }
-  return optx::Status::Ok();
-}
+}  // namespace optx::capi
 
-// What both gemm entry points check before the C struct may be converted.
-optx::Status check_c_params(const optx_gemm_params* p) {
-  if (!p) return optx::Error(optx::StatusCode::kInvalidArgument, "gemm: params is null");
-  return check_dtypes(*p);
-}
-
-optx::GemmParams to_params(const optx_gemm_params& p) {
-  optx::GemmParams g;
-  g.a = to_view(p.a);
-  g.b = to_view(p.b);
-  g.b_scales = to_view(p.b_scales);
-  g.bias = to_view(p.bias);
-  g.c = to_view(p.c);
-  g.alpha = p.alpha;
-  g.beta = p.beta;
-  g.b_kn = p.b_kn != 0;
-  return g;
-}
-}  // namespace
+using optx::capi::fail;
+using optx::capi::guarded;
 
 extern "C" {
 
 const char* optx_version(void) { return optx::version(); }
-const char* optx_last_error(void) { return g_last_error.c_str(); }
+const char* optx_last_error(void) { return optx::capi::t_fixed_error ? optx::capi::t_fixed_error : optx::capi::t_error.c_str(); }
 void optx_set_num_threads(int n) { optx::set_num_threads(n); }
 int optx_num_threads(void) { return optx::num_threads(); }
 
+optx_status optx_thread_scope_create(int n, optx_thread_scope** out) {
+  if (!out) return fail(OPTX_INVALID_ARGUMENT, "optx_thread_scope_create", "out is null");
+  *out = nullptr;
+  return guarded("optx_thread_scope_create", [&] {
+    *out = new optx_thread_scope(n);
+    return optx::Status::Ok();
+  });
+}
+void optx_thread_scope_free(optx_thread_scope* s) { delete s; }
+
+optx_isa optx_detected_isa(void) { return optx_isa(optx::detected_isa()); }
+optx_isa optx_active_isa(void) { return optx_isa(optx::active_isa()); }
+const char* optx_isa_name(optx_isa isa) {
+  const int v = optx::capi::enum_value(isa);
+  if (optx::capi::enum_ok<optx_isa>(v)) return optx::isa_name(optx::Isa(v));
+  guarded("optx_isa_name", [&] {
+    return optx::Error(optx::StatusCode::kInvalidArgument, "optx_isa_name: isa=", v, " is not an optx_isa");
+  });
+  return "?";
+}
+
 optx_status optx_selected_impl(const char* op, char* buf, size_t buf_size) {
-  if (!op || !buf || buf_size == 0)
-    return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "optx_selected_impl: op and buf must be non-null, buf_size > 0"));
-  const std::string name = optx::selected_impl(op);
-  if (name.empty())
-    return to_c(optx::Error(optx::StatusCode::kInvalidArgument, "optx_selected_impl: unknown op '", op, "'"));
-  std::strncpy(buf, name.c_str(), buf_size - 1);
-  buf[buf_size - 1] = '\0';
-  return OPTX_OK;
+  constexpr const char* fn = "optx_selected_impl";
+  if (!op || !buf || buf_size == 0) return fail(OPTX_INVALID_ARGUMENT, fn, "op and buf must be non-null, buf_size > 0");
+  return guarded(fn, [&] {
+    const std::string name = optx::selected_impl(op);
+    if (name.empty()) return optx::Error(optx::StatusCode::kInvalidArgument, fn, ": unknown op '", op, "'");
+    optx::capi::copy_name(name, buf, buf_size);
+    return optx::Status::Ok();
+  });
 }
 
-// A valid call may need no workspace, so 0 alone cannot say the params were refused: a
-// refusal also sets optx_last_error() (the message gemm() would return).
-size_t optx_gemm_workspace_size(const optx_gemm_params* p) {
-  if (optx::Status st = check_c_params(p); !st.ok()) return to_c(st), 0;
-  const optx::GemmParams g = to_params(*p);
-  const size_t bytes = optx::gemm_workspace_size(g);
-  if (bytes == 0) to_c(optx::gemm_detail::validate(g, /*need_data=*/false));  // only a 0 needs the reason
-  return bytes;
+size_t optx_registered_op_count(void) {
+  size_t n = 0;
+  guarded("optx_registered_op_count", [&] {
+    n = optx::registered_ops().size();
+    return optx::Status::Ok();
+  });
+  return n;
 }
 
-optx_status optx_gemm(const optx_gemm_params* p, void* workspace, size_t workspace_bytes) {
-  if (optx::Status st = check_c_params(p); !st.ok()) return to_c(st);
-  return to_c(optx::gemm(to_params(*p), optx::Workspace{workspace, workspace_bytes}));
+optx_status optx_registered_op(size_t i, char* buf, size_t buf_size) {
+  constexpr const char* fn = "optx_registered_op";
+  if (!buf || buf_size == 0) return fail(OPTX_INVALID_ARGUMENT, fn, "buf must be non-null, buf_size > 0");
+  return guarded(fn, [&] {
+    const std::vector<std::string> ops = optx::registered_ops();
+    if (i >= ops.size()) return optx::Error(optx::StatusCode::kInvalidArgument, fn, ": i=", i, " but ", ops.size(), " ops are registered");
+    optx::capi::copy_name(ops[i], buf, buf_size);
+    return optx::Status::Ok();
+  });
 }
 
 }  // extern "C"

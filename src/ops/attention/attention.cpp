@@ -878,6 +878,13 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
   return run_decode(k, d, need, ws, "mla_decode_attention");
 }
 
+Status flash_check(const FlashAttentionParams& p) {
+  FlashGeo g;
+  return flash_validate(p, &g);
+}
+Status paged_check(const PagedDecodeParams& p) { return paged_validate(p); }
+Status mla_check(const MlaDecodeParams& p) { return mla_validate(p); }
+
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;

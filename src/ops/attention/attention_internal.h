@@ -312,6 +312,11 @@ const dispatch::Registry<KernelsFn>& mla_registry();
 Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws);
 Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws);
 Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws);
+// What the size queries refuse (each returns 0 exactly when its check fails): the C API's
+// message for a refused query.
+Status flash_check(const FlashAttentionParams& p);
+Status paged_check(const PagedDecodeParams& p);
+Status mla_check(const MlaDecodeParams& p);
 
 // Visibility of key j for a row (position rules only; mask tensors apply separately).
 // The keys a row at qpos sees, [lo, hi) (INT64_MIN / INT64_MAX where unbounded): causal

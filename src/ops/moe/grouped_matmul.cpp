@@ -435,6 +435,11 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
                   [&](size_t j, int64_t begin, int64_t end) { swiglu_rows(sp.v[j], begin, end); });
 }
 
+Status validate_grouped_matmul(const GroupedMatmulParams& p, bool need_data) { return check_plain("grouped_matmul", p, need_data); }
+Status validate_grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, bool need_data) {
+  return check_swiglu("grouped_matmul_swiglu", p, need_data);
+}
+
 }  // namespace moe_detail
 
 size_t grouped_matmul_workspace_size(const GroupedMatmulParams& p) { return moe_detail::grouped_matmul_workspace_size({&p, 1}); }

@@ -154,6 +154,8 @@ Status validate(const MoeForwardParams& p, bool need_data) {
 
 }  // namespace
 
+Status moe_detail::validate_moe_forward(const MoeForwardParams& p, bool need_data) { return validate(p, need_data); }
+
 size_t moe_forward_workspace_size(const MoeForwardParams& p) { return validate(p, /*need_data=*/false).ok() ? layout_of(p).total : 0; }
 
 Status moe_forward(const MoeForwardParams& p, Workspace ws) {

@@ -125,4 +125,11 @@ Status grouped_matmul(std::span<const GroupedMatmulParams> parts, ScheduleStats*
 size_t grouped_matmul_swiglu_workspace_size(std::span<const GroupedMatmulSwigluParams> parts);
 Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, ScheduleStats* stats, Workspace ws);
 
+// What the single-call size queries refuse (grouped_matmul / grouped_matmul_swiglu /
+// moe_forward_workspace_size give 0 exactly when these fail, with need_data = false): the
+// C API's message for a refused query.
+Status validate_grouped_matmul(const GroupedMatmulParams& p, bool need_data);
+Status validate_grouped_matmul_swiglu(const GroupedMatmulSwigluParams& p, bool need_data);
+Status validate_moe_forward(const MoeForwardParams& p, bool need_data);
+
 }  // namespace optx::moe_detail
