@@ -389,6 +389,7 @@ void bench_attention(bench::Context& ctx) {
     bench_paged(ctx, 8, 8192, false);
     if (!ctx.quick) bench_paged(ctx, 8, 32768, false);
     if (!ctx.quick) bench_paged(ctx, 1, 32768, false, 2);  // speculative decoding: 2 new tokens
+    if (!ctx.quick) bench_paged(ctx, 1, 8192, true, 4);    // 4: 16 rows per KV head, bf16 and i8 caches
   }
   if (ctx.wants("mla_decode_attention")) {
     for (int64_t c : {8192, 32768}) bench_mla(ctx, c);
