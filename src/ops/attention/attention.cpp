@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -419,10 +420,19 @@ struct DecodeJobs {
     const int64_t kvh = idx / per_head;
     const Tile t = tile_of(idx % per_head, head_chunks, q_tiles, splits);
     set_keys(job, b, kvh, t.sp);
-    const int64_t h0 = kvh * G + t.hc * heads_per_job, h1 = std::min(kvh * G + G, h0 + heads_per_job);
-    const int64_t i0 = t.qt * q_per_job, i1 = std::min(Sq, i0 + q_per_job);
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t h = h0; h < h1; ++h) add_row(job, b, i, h, t.sp);
+    const TileRows tr = tile_rows(kvh, t);
+    for (int64_t i = tr.i0; i < tr.i1; ++i)
+      for (int64_t h = tr.h0; h < tr.h1; ++h) add_row(job, b, i, h, t.sp);
+  }
+
+  // The query heads [h0, h1) and new-token positions [i0, i1) of tile t of KV head kvh.
+  struct TileRows {
+    int64_t h0, h1, i0, i1;
+    int64_t count() const { return (h1 - h0) * (i1 - i0); }
+  };
+  TileRows tile_rows(int64_t kvh, const Tile& t) const {
+    const int64_t h0 = kvh * G + t.hc * heads_per_job, i0 = t.qt * q_per_job;
+    return {h0, std::min(kvh * G + G, h0 + heads_per_job), i0, std::min(Sq, i0 + q_per_job)};
   }
 
   // The job's KV view from KV head kvh on, and split sp's key range (whole KV blocks).
@@ -515,21 +525,23 @@ constexpr double kEvenSlack = 1.1;
 constexpr int kEvenMaxThreads = 256;  // the schedule's per-thread state lives on the stack
 
 // When the pool (dynamic, jobs taken in index order by whichever thread is free) ends,
-// the jobs cut into `splits` equal parts, in rows x (one sequence's keys).
+// the jobs cut into `splits` equal parts, in rows x (one sequence's keys). free_at is a
+// min-heap of the threads' finishing times: O(log T) per job.
 double pool_makespan(const DecodeJobs& d, int64_t splits, double* free_at, int T) {
   std::fill(free_at, free_at + T, 0.0);
-  const auto take = [&](double work) { *std::min_element(free_at, free_at + T) += work; };
-  const int64_t G = d.G, hpj = d.heads_per_job, qpj = d.q_per_job;
+  const auto take = [&](double work) {
+    std::pop_heap(free_at, free_at + T, std::greater<>());
+    free_at[T - 1] += work;
+    std::push_heap(free_at, free_at + T, std::greater<>());
+  };
+  const int64_t per_head = d.head_chunks * d.q_tiles * splits;
   for (int64_t b = 0; b < d.B; ++b) {
     if (d.all_heads) {
       for (int64_t sp = 0; sp < splits; ++sp) take(double(d.Nq * d.Sq) / double(splits));
       continue;
     }
-    for (int64_t idx = 0; idx < d.Nkv * d.head_chunks * d.q_tiles * splits; ++idx) {
-      const Tile t = tile_of(idx % (d.head_chunks * d.q_tiles * splits), d.head_chunks, d.q_tiles, splits);
-      const int64_t heads = std::min(G, (t.hc + 1) * hpj) - t.hc * hpj, tokens = std::min(d.Sq, (t.qt + 1) * qpj) - t.qt * qpj;
-      take(double(heads * tokens) / double(splits));
-    }
+    for (int64_t idx = 0; idx < d.Nkv * per_head; ++idx)
+      take(double(d.tile_rows(0, tile_of(idx % per_head, d.head_chunks, d.q_tiles, splits)).count()) / double(splits));
   }
   return *std::max_element(free_at, free_at + T);
 }

@@ -220,7 +220,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     }
     const int64_t nk = int64_t(nsub) * kSub;  // keys the P tiles cover; p = 0 past n
     if (q8) {
-      softmax_superblock(c, kb, n, nk, RT, rs, st, pt, Int8Scores{sti, qs, sk});
+      softmax_superblock(c, kb, n, nk, RT, rs, st, pt, Int8Scores{sti, qs, sk, sk});
       p_rows_and_rescale(pt, pr, nsub, RT, rs, o, Dv);
     }
     for (int g = 0; !q8 && g < groups; ++g) {

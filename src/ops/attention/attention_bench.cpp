@@ -295,14 +295,20 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   const int64_t H = 16, D = 576, Dv = 512, R = D - Dv, bs = 64;
   const double bf16_bytes = double(ctx_len * D * 2), i8_bytes = double(ctx_len * (Dv + 4 + R * 2));
   const double flops = 2.0 * double(H * Sq) * double(ctx_len) * double(D + Dv);  // q . latent+rope and p . latent per (row, key)
-  const int copies = copies_for(i8_bytes);  // >= the bf16 cache's count
+  const bool with_i8 = Sq == 1;
+  const int copies = copies_for(with_i8 ? i8_bytes : bf16_bytes);  // the i8 count is >= the bf16 cache's
   const int64_t blocks = ctx_len / bs, slots = blocks * copies * bs;
-  bench::Buffer kc(size_t(slots * D) * 2), lat(size_t(slots * Dv)), sc(size_t(slots) * 4), rc(size_t(slots * R) * 2);
+  bench::Buffer kc(size_t(slots * D) * 2);
   testing::Rng rng(2);
   testing::fill_bf16(kc.as<uint16_t>(), slots * D, rng);
   // The i8 layout of the same rows: the latent quantised, the rope part copied.
-  quantize_rows(kc.as<uint16_t>(), slots, Dv, D, lat.as<int8_t>(), sc.as<float>());
-  for (int64_t s = 0; s < slots; ++s) std::copy(kc.as<uint16_t>() + s * D + Dv, kc.as<uint16_t>() + (s + 1) * D, rc.as<uint16_t>() + s * R);
+  std::unique_ptr<bench::Buffer> lat, sc, rc;
+  if (with_i8) {
+    lat = std::make_unique<bench::Buffer>(size_t(slots * Dv)), sc = std::make_unique<bench::Buffer>(size_t(slots) * 4);
+    rc = std::make_unique<bench::Buffer>(size_t(slots * R) * 2);
+    quantize_rows(kc.as<uint16_t>(), slots, Dv, D, lat->as<int8_t>(), sc->as<float>());
+    for (int64_t s = 0; s < slots; ++s) std::copy(kc.as<uint16_t>() + s * D + Dv, kc.as<uint16_t>() + (s + 1) * D, rc->as<uint16_t>() + s * R);
+  }
   auto tables = bench::disjoint_tables(copies, blocks, rng);
   std::vector<int32_t> lens = {int32_t(ctx_len)};
   std::vector<uint16_t> q(size_t(Sq * H * D)), out(size_t(Sq * H * Dv));
@@ -314,9 +320,9 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
                       .seq_lens = make_view(lens.data(), DType::kI32, {1}), .block_size = bs, .kv_lora_rank = Dv,
                       .out = make_view(out.data(), DType::kBF16, {1, Sq, H, Dv}), .scale = kScale};
     if (i8) {
-      p.cache = make_view(lat.data(), DType::kI8, {slots, Dv});
-      p.cache_scales = make_view(sc.data(), DType::kF32, {slots});
-      p.rope_cache = make_view(rc.data(), DType::kBF16, {slots, R});
+      p.cache = make_view(lat->data(), DType::kI8, {slots, Dv});
+      p.cache_scales = make_view(sc->data(), DType::kF32, {slots});
+      p.rope_cache = make_view(rc->data(), DType::kBF16, {slots, R});
     }
     return p;
   };
@@ -324,8 +330,10 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   const std::string shape = "B=1 H=16 D=576 ctx=" + std::to_string(ctx_len) + (Sq > 1 ? " Sq=" + std::to_string(Sq) : "");
   bench::Record r{.op = op, .case_ = "dtype=bf16 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
   bench::Record r8{.op = op, .case_ = "dtype=bf16 cache=i8 " + shape, .impl = "optx", .roof = bench::Roof::kMemory};
-  std::vector<uint8_t> ws(std::max(mla_decode_attention_workspace_size(params(false, 0)), mla_decode_attention_workspace_size(params(true, 0))));
+  std::vector<uint8_t> ws(std::max(mla_decode_attention_workspace_size(params(false, 0)),
+                                   with_i8 ? mla_decode_attention_workspace_size(params(true, 0)) : size_t(0)));
   r.peak_bytes = r8.peak_bytes = double(ws.size());
+  r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   BasicDecode basic(ctx_len, D, 0, H, D, Dv, ctx.threads);
   std::vector<uint16_t> basic_out(out.size());
   bench::Record b{.op = op, .case_ = r.case_, .impl = "basic", .roof = bench::Roof::kMemory};
@@ -341,8 +349,8 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   auto basic_call = [&](bool i8, int c) {
     basic.key = i8 ? &key8 : &key;
     if (i8)
-      basic.gather_i8(lat.as<int8_t>(), sc.as<float>(), Dv, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>(),
-                      rc.as<uint16_t>(), R);
+      basic.gather_i8(lat->as<int8_t>(), sc->as<float>(), Dv, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>(),
+                      rc->as<uint16_t>(), R);
     else
       basic.gather(kc.as<uint16_t>(), D, tables[size_t(c)].data(), blocks, bs, basic.k.as<uint16_t>());
     for (int64_t t = 0; t < Sq; ++t)  // new token t sees the keys up to its own position
@@ -350,15 +358,14 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   };
   // optx against basic on the same cache copy before timing (each cache kind).
   for (bool i8 : {false, true}) {
-    if (i8 && Sq > 1) break;
+    if (i8 && !with_i8) break;
     const std::string& k = i8 ? key8 : key;
     bench::check(mla_decode_attention(params(i8, 0), {ws.data(), ws.size()}), k);
     basic_call(i8, 0);
     bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   }
   const auto bf16_call = [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
-  if (Sq > 1) {
-    r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
+  if (!with_i8) {
     ctx.add_interleaved(r, bf16_call, b, [&] { basic_call(false, set_b++ % copies); }, flops, bf16_bytes);
     return;
   }
@@ -370,7 +377,6 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   });
   char note[96];
   std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);
-  r.note = std::string(selected_impl(op)) + ", " + std::to_string(copies) + " cache copies rotated";
   r8.note = std::string(selected_impl(op)) + note;
   ctx.add(r, tm[0], flops, bf16_bytes);
   ctx.add(r8, tm[1], flops, i8_bytes);

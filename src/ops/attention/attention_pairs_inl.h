@@ -180,8 +180,8 @@ struct PairRows {
 
 // Int8 scores of a superblock (an i8 MLA latent, or GQA's i8 K): the h and l parts
 // [2][kSuper keys][32 rows], q's scales per row, the keys' K scales, and the scales
-// folded into P's columns (V's; null: sk, the latent being V too). st_part: the float
-// scores st hold a part of each score (the rope's), else st is not read.
+// folded into P's columns (V's: sk again for a latent, which is V too). st_part: the
+// float scores st hold a part of each score (the rope's), else st is not read.
 struct Int8Scores {
   const int32_t* sti = nullptr;
   const float* qs = nullptr;
@@ -288,7 +288,7 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
       q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.999999251e-1f));
       return _mm512_maskz_scalef_ps(_mm512_mask_cmp_ps_mask(live, t, lo_arg, _CMP_GE_OQ), q, t);
     };
-    const float* sv = q8.sti ? (q8.sv ? q8.sv : q8.sk) : nullptr;  // hoisted: q8's fields are re-read past pt's stores
+    const float* sv = q8.sti ? q8.sv : nullptr;  // hoisted: q8's fields are re-read past pt's stores
     const auto store_p = [&](int64_t k, __m512 p) {
       if (sv) p = _mm512_mul_ps(p, _mm512_set1_ps(sv[k]));  // V is the unscaled int8 row
       _mm256_store_si256(reinterpret_cast<__m256i*>(pt + k * 32 + 16 * half), (__m256i)_mm512_cvtneps_pbh(p));
