@@ -160,6 +160,12 @@ struct PairRows {
   alignas(64) float mrow[32], lrow[32];
   alignas(64) float corr[32];  // the last superblock's rescale of each row's O
   int64_t lo = 0, hi = 0;
+  // The rows' mask / bias over keys (null past R), column strides as the tensors' (one
+  // tensor each, so the same for every row).
+  const int8_t* mask[32] = {};
+  const float* bias[32] = {};
+  int64_t mask_cs = 0, bias_cs = 0;
+  bool has_mask = false, has_bias = false;
   PairRows() = default;
   // The job's rows first .. first + 31.
   PairRows(const Config& c, const Job& j, int first = 0) : R(std::clamp(j.nrows - first, 0, 32)) {
@@ -167,6 +173,11 @@ struct PairRows {
       diag[r] = r < R ? j.rows[first + r].qpos + j.offset : 0;
       mrow[r] = -INFINITY;
       lrow[r] = 0.0f;
+    }
+    for (int r = 0; r < R; ++r) {
+      const Row& row = j.rows[first + r];
+      if (row.mask) mask[r] = row.mask, mask_cs = row.mask_cs, has_mask = true;
+      if (row.bias) bias[r] = row.bias, bias_cs = row.bias_cs, has_bias = true;
     }
     lo = j.kv_begin, hi = j.kv_end;
     if (R > 0) {
@@ -177,6 +188,33 @@ struct PairRows {
     }
   }
 };
+
+// Keys key0 .. key0 + cnt (cnt <= 16) of 16 rows' mask or bias as 16 vectors over the rows
+// (r[key][row], int8 widened to int32, f32 as its bits), rows without one 0. A unit column
+// stride loads each row's keys (no read past key0 + cnt) and transposes; any other stride
+// (0 for a mask broadcast over keys) gathers element by element.
+template <class T>
+void key_vectors(const T* const* rows, int64_t cs, int64_t key0, int cnt, __m512i (&r)[16]) {
+  if (cs == 1) {
+    const __mmask16 m = __mmask16((1u << cnt) - 1u);
+    for (int i = 0; i < 16; ++i) {
+      if (!rows[i]) r[i] = _mm512_setzero_si512();
+      else if constexpr (sizeof(T) == 4) r[i] = _mm512_maskz_loadu_epi32(m, rows[i] + key0);
+      else r[i] = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, rows[i] + key0));
+    }
+    simd::Avx512::transpose16(r);
+    return;
+  }
+  alignas(64) int32_t t[16][16] = {};  // [key][row]
+  for (int i = 0; i < 16; ++i)
+    if (rows[i])
+      for (int k = 0; k < cnt; ++k) {
+        const T x = rows[i][(key0 + k) * cs];
+        if constexpr (sizeof(T) == 4) std::memcpy(&t[k][i], &x, 4);
+        else t[k][i] = x;
+      }
+  for (int k = 0; k < 16; ++k) r[k] = _mm512_load_si512(t[k]);
+}
 
 // Int8 scores of a superblock (an i8 MLA latent, or GQA's i8 K): the h and l parts
 // [2][kSuper keys][32 rows], q's scales per row, the keys' K scales, and the scales
@@ -224,14 +262,32 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
     const bool edge = nreal > 0 && ((c.causal && last > dlo) || (c.window_left >= 0 && first < dhi - c.window_left) ||
                                     (c.window_right >= 0 && last > dlo + c.window_right));
     // st holds u with the scaled score u * u_scale, u_scale > 0 (so max commutes with it):
-    // the raw score, or for a negative scale the scaled one.
-    const bool neg = c.scale < 0.0f;
-    const float u_scale = neg ? 1.0f : c.scale;
+    // the raw score, or for a negative scale, a softcap or a bias the final logit.
+    const bool cap = c.softcap > 0.0f;
+    const bool logit = c.scale < 0.0f || cap || rs.has_bias;
+    const float u_scale = logit ? 1.0f : c.scale;
+    // The rows' bias and mask over this superblock's keys as [key][16 rows], transposed
+    // 16 keys at a time (one row's keys are contiguous, each key here a vector over rows).
+    alignas(64) float bias_t[kSuper * 16];
+    __mmask16 mask_t[kSuper];
+    if (rs.has_bias || rs.has_mask)
+      for (int64_t k0 = 0; k0 < n; k0 += 16) {
+        const int cnt = int(std::min<int64_t>(16, n - k0));
+        __m512i r[16];
+        if (rs.has_bias) {
+          key_vectors(rs.bias + 16 * half, rs.bias_cs, kb + k0, cnt, r);
+          for (int i = 0; i < 16; ++i) _mm512_store_si512(bias_t + (k0 + i) * 16, r[i]);
+        }
+        if (rs.has_mask) {
+          key_vectors(rs.mask + 16 * half, rs.mask_cs, kb + k0, cnt, r);
+          for (int i = 0; i < cnt; ++i) mask_t[k0 + i] = _mm512_test_epi32_mask(r[i], r[i]);
+        }
+      }
     __m512 bm0 = neg_inf, bm1 = neg_inf, bm2 = neg_inf, bm3 = neg_inf;  // named, not an array: a
     // runtime-indexed array of vectors lives on the stack
-    if (edge || q8.sti || nreal < 16 || neg) {
+    if (edge || q8.sti || nreal < 16 || logit || rs.has_mask) {
       const __m512 qsv = q8.sti ? _mm512_load_ps(q8.qs + 16 * half) : _mm512_setzero_ps(), k1_254 = _mm512_set1_ps(1.0f / 254.0f);
-      const __m512 scale = _mm512_set1_ps(c.scale);
+      const __m512 scale = _mm512_set1_ps(c.scale), capv = _mm512_set1_ps(c.softcap), inv_cap = _mm512_set1_ps(cap ? 1.0f / c.softcap : 0.0f);
       for (int64_t k = 0; k < n; ++k) {
         __m512 s = q8.sti && !q8.st_part ? _mm512_setzero_ps() : _mm512_load_ps(st + k * 32 + 16 * half);
         if (q8.sti) {  // + scale_k * qs_r * (h + l / 254)
@@ -239,8 +295,11 @@ void softmax_superblock(const Config& c, int64_t kb, int64_t n, int64_t nk, int 
           const __m512 lo8 = _mm512_cvtepi32_ps(_mm512_load_si512(q8.sti + (kSuper + k) * 32 + 16 * half));
           s = _mm512_fmadd_ps(_mm512_fmadd_ps(lo8, k1_254, h), _mm512_mul_ps(qsv, _mm512_set1_ps(q8.sk[k])), s);
         }
-        if (neg) s = _mm512_mul_ps(s, scale);
-        __mmask16 vis = real;
+        // The order of the reference: scale, softcap, bias, then the masks.
+        if (logit) s = _mm512_mul_ps(s, scale);
+        if (cap) s = _mm512_mul_ps(capv, simd_type::tanh(_mm512_mul_ps(s, inv_cap)));
+        if (rs.has_bias) s = _mm512_add_ps(s, _mm512_load_ps(bias_t + k * 16));
+        __mmask16 vis = rs.has_mask ? __mmask16(real & mask_t[k]) : real;
         if (edge) {
           const __m512 key = _mm512_set1_ps(float(k));
           if (c.causal) vis &= _mm512_cmp_ps_mask(key, dg, _CMP_LE_OQ);

@@ -84,6 +84,10 @@ TEST(FlashAttention, LongPrefillTilesSharingKv) {
   cs.push_back(c);
   c.mask = false, c.bias = false, c.softcap = 0.0f, c.sinks = false, c.causal = true, c.wl = 70, c.wr = 0;
   cs.push_back(c);
+  // A softcap over logits from ~0 (tanh's series) to far past it (saturated), D = 128.
+  c.causal = false, c.wl = -1, c.wr = -1, c.Sq = 70, c.Skv = 300, c.Nq = 4, c.Nkv = 1, c.D = 128, c.Dv = 128;
+  c.softcap = 2.0f, c.magnitude = 20.0f, c.bias = true;
+  cs.push_back(c);
   expect_all(cs);
 }
 
@@ -175,17 +179,35 @@ TEST(FlashAttention, WindowsThatHideWholeRows) {
   expect_all(cs);
 }
 
+// A banded mask (each row sees the keys within 50 of its diagonal): whole 128-key
+// superblocks before and after a job's band are hidden from all its rows, which the
+// bf16 job kernel skips; the rows' state must come through the skipped blocks intact,
+// with unit and strided mask columns.
+TEST(FlashAttention, BandMaskSkipsHiddenSuperblocks) {
+  std::vector<FlashCase> cs;
+  for (bool strided : {false, true}) {
+    FlashCase c;
+    c.dtype = DType::kBF16, c.Sq = 400, c.Skv = 430, c.Nq = 2, c.Nkv = 1, c.D = 64, c.Dv = 64;
+    c.mask = true, c.mask_band = 50, c.strided = strided;
+    cs.push_back(c);
+  }
+  expect_all(cs);
+}
+
 // q, k, v and out with row strides above their packed size (padding after every head
-// row and every token / head slice, different per tensor): the same values as the packed
-// case must give bitwise the same result (strides only move addresses), within the
-// reference's tolerance, with out's padding untouched (run_flash checks its sentinel).
+// row and every token / head slice, different per tensor), mask and bias with a column
+// stride of 2: the same values as the packed case must give bitwise the same result
+// (strides only move addresses), within the reference's tolerance, with out's padding
+// untouched (run_flash checks its sentinel).
 TEST(FlashAttention, StridedViewsMatchContiguous) {
   for (const auto* impl : flash_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
       for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kBNSD, AttnLayout::kTND})
-        for (auto [Sq, Skv, Nq, Nkv, D, causal] : {std::tuple{17, 40, 4, 2, 64, true}, {20, 20, 8, 1, 80, false}}) {
+        for (auto [Sq, Skv, Nq, Nkv, D, causal, masked] :
+             {std::tuple{17, 40, 4, 2, 64, true, false}, {20, 20, 8, 1, 80, false, false}, {23, 150, 4, 1, 64, true, true}}) {
           FlashCase c;
           c.dtype = dt, c.layout = l, c.B = 2, c.Sq = Sq, c.Skv = Skv, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.causal = causal;
+          c.mask = c.bias = masked;
           if (l == AttnLayout::kTND) c.lens_q = {Sq, 5}, c.lens_kv = {Skv, 9};
           const auto packed = testutil::run_flash(*impl, c, 11);
           c.strided = true;

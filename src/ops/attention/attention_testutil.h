@@ -215,6 +215,7 @@ struct FlashCase {
   bool mask = false, bias = false, sinks = false;
   // Broadcast shapes: mask [B|1, Nq|1, Sq, Skv] and bias likewise (true: the full dim).
   bool mask_b = true, mask_h = false, bias_b = false, bias_h = true;
+  int64_t mask_band = 0;  // > 0: the mask shows each row the keys within mask_band of its diagonal, nothing else
   bool strided = false;  // q, k, v, out padded (Stored), each with its own padding
   bool lse = true;       // false: no lse output (an empty view)
   float softcap = 0.0f, scale = 0.0f, magnitude = 1.0f;
@@ -227,6 +228,7 @@ struct FlashCase {
        << " bias=" << bias << " sinks=" << sinks << " softcap=" << softcap << " mag=" << magnitude;
     // Only when not the default, so verify's row names stay as they were.
     if (mask) os << " mask_shape=" << (mask_b ? "B" : "1") << "," << (mask_h ? "N" : "1");
+    if (mask_band > 0) os << " mask_band=" << mask_band;
     if (bias) os << " bias_shape=" << (bias_b ? "B" : "1") << "," << (bias_h ? "N" : "1");
     if (scale != 0.0f) os << " scale=" << scale;
     if (strided) os << " strided";
@@ -280,6 +282,11 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
     mask.resize(size_t(mB * mN * c.Sq * c.Skv));
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = rng.below(5) != 0;
     for (int64_t j = 0; j < c.Skv; ++j) mask[size_t(j)] = 0;
+    if (c.mask_band > 0)
+      for (size_t i = 0; i < mask.size(); ++i) {
+        const int64_t row = int64_t(i) / c.Skv % c.Sq, key = int64_t(i) % c.Skv, d = row + c.Skv - c.Sq - key;
+        mask[i] = d > -c.mask_band && d < c.mask_band;
+      }
   }
   if (c.bias) {
     bias.resize(size_t(bB * bN * c.Sq * c.Skv));
@@ -304,6 +311,21 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
   p.softcap = c.softcap;
   if (c.mask) p.mask = make_view(mask.data(), DType::kI8, {mB, mN, c.Sq, c.Skv});
   if (c.bias) p.bias = make_view(bias.data(), DType::kF32, {bB, bN, c.Sq, c.Skv});
+  // With c.strided, mask and bias are every other element of buffers twice as long, the
+  // others poison (0 hides a key, NaN spoils a score): a kernel assuming unit column
+  // strides fails.
+  std::vector<int8_t> mask2;
+  std::vector<float> bias2;
+  if (c.strided && c.mask) {
+    mask2.assign(2 * mask.size(), 0);
+    for (size_t i = 0; i < mask.size(); ++i) mask2[2 * i] = mask[i];
+    p.mask = make_view(mask2.data(), DType::kI8, {mB, mN, c.Sq, c.Skv}, {2 * mN * c.Sq * c.Skv, 2 * c.Sq * c.Skv, 2 * c.Skv, 2});
+  }
+  if (c.strided && c.bias) {
+    bias2.assign(2 * bias.size(), NAN);
+    for (size_t i = 0; i < bias.size(); ++i) bias2[2 * i] = bias[i];
+    p.bias = make_view(bias2.data(), DType::kF32, {bB, bN, c.Sq, c.Skv}, {2 * bN * c.Sq * c.Skv, 2 * c.Sq * c.Skv, 2 * c.Skv, 2});
+  }
   if (c.sinks) p.sinks = make_view(sinks.data(), DType::kF32, {c.Nq});
   std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   Outcome o;
