@@ -4,6 +4,7 @@
 // at 4096, outside --quick): optx against `basic` — per head, S = Q K^T with optx's GEMM into a
 // materialised [S, S] f32 score matrix, a causal softmax over it written as bf16 P (f32:
 // in place), then O = P V with optx's GEMM. FLOPs count the causal half of the square (4 S^2 D H / 2).
+// The same shape with a softcap, a bias or a mask tensor: optx against its plain call.
 // peak_bytes: optx's workspace; basic's score + P buffers for one head (it runs heads one
 // at a time — all 16 at once would need 16x that).
 // paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
@@ -96,6 +97,50 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
   basic_fn();
   bench::expect_agree("flash_attention " + cs, optx_out.data(), out.data(), S * H * D, dt, 3e-2);
   ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0);
+}
+
+// The logit options on the same shape (bf16, B = 1, 16 heads, D = 128, S = 4096), each
+// timed interleaved with the plain causal call, whose time the notes divide by: a softcap
+// (Gemma 2's 50), an additive f32 bias [1, 1, S, S], and the causal rule given as an i8
+// mask [1, 1, S, S] instead of the flag (the kernel then visits the whole square). FLOPs
+// count the causal half throughout, so a row's share of the peak is its useful work.
+void bench_flash_logits(bench::Context& ctx) {
+  const int64_t S = 4096, H = 16, D = 128;
+  testing::Rng rng(2);
+  bench::Buffer q(size_t(S * H * D) * 2), k(q.bytes()), v(q.bytes()), out(q.bytes()), bias(size_t(S * S) * 4), mask(size_t(S * S));
+  for (bench::Buffer* x : {&q, &k, &v}) testing::fill_bf16(x->as<uint16_t>(), S * H * D, rng);
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) {
+      bias.as<float>()[i * S + j] = -0.01f * float(i > j ? i - j : j - i);  // ALiBi-like distance penalty
+      mask.as<int8_t>()[i * S + j] = j <= i;
+    }
+  const FlashAttentionParams plain{.q = make_view(q.data(), DType::kBF16, {1, S, H, D}), .k = make_view(k.data(), DType::kBF16, {1, S, H, D}),
+                                   .v = make_view(v.data(), DType::kBF16, {1, S, H, D}),
+                                   .out = make_view(out.data(), DType::kBF16, {1, S, H, D}), .causal = true};
+  FlashAttentionParams capped = plain, biased = plain, masked = plain;
+  capped.softcap = 50.0f;
+  biased.bias = make_view(bias.data(), DType::kF32, {1, 1, S, S});
+  masked.causal = false;
+  masked.mask = make_view(mask.data(), DType::kI8, {1, 1, S, S});
+  const FlashAttentionParams* ps[] = {&plain, &capped, &biased, &masked};
+  size_t wsb = 0;
+  for (const auto* p : ps) wsb = std::max(wsb, flash_attention_workspace_size(*p));
+  std::vector<uint8_t> ws(wsb);
+  std::vector<std::function<void()>> fns;
+  for (const auto* p : ps) fns.push_back([&ws, p] { bench::check(flash_attention(*p, {ws.data(), ws.size()})); });
+  const std::vector<bench::Timing> tm = ctx.time_interleaved(fns);
+  const double flops = 4.0 * double(S) * double(S) * D * H / 2;
+  const char* cases[] = {"softcap=50", "bias=[1,1,S,S]", "causal=0 mask=[1,1,S,S]"};
+  for (int i = 0; i < 3; ++i) {
+    const std::string what = cases[i];
+    bench::Record r{.op = "flash_attention", .case_ = "dtype=bf16 B=1 H=16 S=4096 D=128 " + std::string(i < 2 ? "causal=1 " : "") + what,
+                    .impl = "optx", .roof = bench::Roof::kBF16};
+    r.peak_bytes = double(ws.size());
+    char note[96];
+    std::snprintf(note, sizeof note, "; %.2fx the plain causal call's time beside it", tm[size_t(i + 1)].median_ms / tm[0].median_ms);
+    r.note = selected_impl("flash_attention") + std::string(note);
+    ctx.add(r, tm[size_t(i + 1)], flops, 0);
+  }
 }
 
 // Enough copies of `bytes` to span bench::dram_working_set(), so rotating them reads
@@ -389,6 +434,7 @@ void bench_attention(bench::Context& ctx) {
     bench_flash(ctx, 4096, DType::kBF16);
     if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
     if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
+    if (!ctx.quick) bench_flash_logits(ctx);
   }
   if (ctx.wants("paged_decode_attention")) {
     for (int64_t c : {8192, 32768}) bench_paged(ctx, 1, c, true);
