@@ -221,12 +221,23 @@ void pv_rows(float* o, int64_t Dv, const uint16_t* pr, const uint16_t* vst, int6
 
 // The superblock's V pairs of columns d .. d + 16 * nc for keys 0 .. nk (rows of T: bf16,
 // or an i8 latent's int8 values; keys past n zero) into vst [pair][nc zmm].
+// nc = 1 (Dv's last 16 columns, bf16 only): the two 128-bit lanes' unpacks, so the zmm
+// holds columns {0-3, 8-11, 4-7, 12-15} (from_pair_order).
 template <class T>
 OPTX_ALWAYS_INLINE void stage_v_pairs(const void* const* rows, int64_t n, int64_t nk, int64_t d, int nc, uint16_t* vst) {
   for (int64_t p = 0; p < nk / 2; ++p) {
     const T* a = static_cast<const T*>(rows[2 * p]) + d;
     const T* b = 2 * p + 1 < n ? static_cast<const T*>(rows[2 * p + 1]) + d : nullptr;
     uint16_t* dst = vst + p * nc * 32;
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      if (nc == 1) {
+        const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+        const __m256i vb = b ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)) : _mm256_setzero_si256();
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_unpacklo_epi16(va, vb));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 16), _mm256_unpackhi_epi16(va, vb));
+        continue;
+      }
+    }
     stage_pairs(a, b, dst, dst + 32);
     if (nc == 4) stage_pairs(a + 32, b ? b + 32 : nullptr, dst + 64, dst + 96);
   }
@@ -257,8 +268,15 @@ bool masked_out(const PairRows* rs, int groups, int64_t kb, int64_t n) {
   return true;
 }
 
+// The job kernel's reach: bf16 with D and Dv multiples of 16 (Q^T's last pairs and P . V's
+// last 16 columns as tails: D = 80 ran the widening GEMM prefill at 0.42x D = 128's rate),
+// softcap, bias and mask in its softmax.
+bool dp_supported(const Config& c) {
+  return c.bf16 && c.D % 16 == 0 && c.Dv % 16 == 0 && c.D <= kMaxHeadDim && c.Dv <= kMaxHeadDim;
+}
+
 void run_job_dp(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j, /*logits=*/true) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows) return run_job_bf16(c, j, scratch);
+  if (!dp_supported(c) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kDpRows) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   // Flash jobs of 33-96 rows run as groups of 32 rows (each with its own Q^T, scores,
   // softmax state and P) that share each superblock's K / V reads and V staging: flash
@@ -391,14 +409,16 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
       p_rows_and_rescale(pt[g], pr + 32 * g * kSuper, nsub, rt, rs[g], o + 32 * g * Dv, Dv);
     }
 
-    // O += P . V, 64 columns at a time (32 for a last odd chunk): the chunk's V pairs for
-    // all nk keys are staged once, then every 6-row block runs over them.
-    for (int64_t d = 0; d < Dv; d += 64) {
-      const int nc = Dv - d >= 64 ? 4 : 2;
-      if (q8) stage_v_pairs<int8_t>(lat8 ? kp : vp, n, nk, d, nc, vst);  // V: the int8 values, exactly
+    // O += P . V, 64 columns at a time (then 32, then 16 for what is left): the chunk's V
+    // pairs for all nk keys are staged once, then every 6-row block runs over them.
+    for (int64_t d = 0; d < Dv;) {
+      const int nc = Dv - d >= 64 ? 4 : Dv - d >= 32 ? 2 : 1;
+      if (q8) stage_v_pairs<int8_t>(lat8 ? kp : vp, n, nk, d, nc, vst);  // V: the int8 values, exactly (Dv % 64 == 0)
       else stage_v_pairs<uint16_t>(vp, n, nk, d, nc, vst);
       if (nc == 4) pv_rows<4>(o + d, Dv, pr, vst, nk / 2, R, pf);
-      else pv_rows<2>(o + d, Dv, pr, vst, nk / 2, R, pf);
+      else if (nc == 2) pv_rows<2>(o + d, Dv, pr, vst, nk / 2, R, pf);
+      else pv_rows<1>(o + d, Dv, pr, vst, nk / 2, R, pf);
+      d += 16 * nc;
     }
   }
   from_pair_order(o, RT, Dv);

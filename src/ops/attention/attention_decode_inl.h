@@ -21,12 +21,9 @@ OPTX_ALWAYS_INLINE __m512bh pair_bcast(const uint16_t* x, int64_t p) {
   return (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const i32_alias*>(x + 2 * p));
 }
 
-// bf16 with D and Dv multiples of 32, and unless `logits` (kernels whose softmax applies
-// them: softmax_superblock) no softcap / mask / bias tensor.
-bool supported(const Config& c, const Job& j, bool logits = false) {
-  if (!c.bf16 || c.D % 32 || c.Dv % 32 || c.D > kMaxHeadDim || c.Dv > kMaxHeadDim) return false;
-  if (logits) return true;
-  if (c.softcap > 0.0f) return false;
+// bf16 with D and Dv multiples of 32, no softcap / mask / bias tensor.
+bool supported(const Config& c, const Job& j) {
+  if (!c.bf16 || c.D % 32 || c.Dv % 32 || c.softcap > 0.0f || c.D > kMaxHeadDim || c.Dv > kMaxHeadDim) return false;
   for (int r = 0; r < j.nrows; ++r)
     if (j.rows[r].mask || j.rows[r].bias) return false;
   return true;

@@ -53,17 +53,20 @@ OPTX_ALWAYS_INLINE void transpose_p16(const uint16_t* pt, uint16_t* pr) {
 // Q^T in pairs ([D/2][32 rows][2] bf16, rows past R zero). Sixteen dword pairs of sixteen
 // rows per transpose (an element loop took ~10 us per job, a quarter of a short-context
 // MLA decode call).
-// The job's rows first .. first + 31.
+// The job's rows first .. first + 31. D a multiple of 16: a last run of 8 pairs is loaded
+// masked (no read past the row) and only its pairs stored.
 void build_qt(const Job& j, int64_t D, uint16_t* qt, int first = 0) {
   for (int half = 0; half < 2; ++half)
     for (int64_t p0 = 0; p0 < D / 2; p0 += 16) {
+      const int np = int(std::min<int64_t>(16, D / 2 - p0));
+      const __mmask16 in = __mmask16((1u << np) - 1u);
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         const int row = first + 16 * half + i;
-        r[i] = row < j.nrows ? _mm512_loadu_si512(static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
+        r[i] = row < j.nrows ? _mm512_maskz_loadu_epi32(in, static_cast<const uint16_t*>(j.rows[row].q) + 2 * p0) : _mm512_setzero_si512();
       }
       simd::Avx512::transpose16(r);
-      for (int c = 0; c < 16; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
+      for (int c = 0; c < np; ++c) _mm512_store_si512(qt + ((p0 + c) * 32 + 16 * half) * 2, r[c]);
     }
 }
 
@@ -107,16 +110,22 @@ OPTX_ALWAYS_INLINE void stage_pairs(const int8_t* a, const int8_t* b, uint16_t* 
   _mm512_store_si512(hi, _mm512_unpackhi_epi16(va, vb));
 }
 
+// Dv a multiple of 16: a last 16 columns (staged by the two 128-bit lanes' unpacks) sit as
+// {0-3, 8-11, 4-7, 12-15}.
 void from_pair_order(float* o, int rows, int64_t Dv) {
   const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  for (int r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < Dv; d += 32) {
+  const __m512i i16 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int r = 0; r < rows; ++r) {
+    int64_t d = 0;
+    for (; d + 32 <= Dv; d += 32) {
       float* p = o + r * Dv + d;
       const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
       _mm512_storeu_ps(p, _mm512_permutex2var_ps(lo, i0, hi));
       _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(lo, i1, hi));
     }
+    if (d < Dv) _mm512_storeu_ps(o + r * Dv + d, _mm512_permutexvar_ps(i16, _mm512_loadu_ps(o + r * Dv + d)));
+  }
 }
 
 // The next superblock's rows prefetched into L2 a slice per step of the current one's
