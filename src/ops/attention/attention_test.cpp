@@ -84,6 +84,10 @@ TEST(FlashAttention, LongPrefillTilesSharingKv) {
   cs.push_back(c);
   c.mask = false, c.bias = false, c.softcap = 0.0f, c.sinks = false, c.causal = true, c.wl = 70, c.wr = 0;
   cs.push_back(c);
+  // MHA with a 60-key window: a 96-row job's three 32-row groups reach different keys, the
+  // first none of its second superblock.
+  c.Sq = 400, c.Skv = 400, c.Nq = 1, c.Nkv = 1, c.wl = 60;
+  cs.push_back(c);
   // A softcap over logits from ~0 (tanh's series) to far past it (saturated), D = 128.
   c.causal = false, c.wl = -1, c.wr = -1, c.Sq = 70, c.Skv = 300, c.Nq = 4, c.Nkv = 1, c.D = 128, c.Dv = 128;
   c.softcap = 2.0f, c.magnitude = 20.0f, c.bias = true;
