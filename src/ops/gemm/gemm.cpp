@@ -496,7 +496,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         } else if (strips(mrows) && kt.pack_strips && kt.pack_strips(p.b, p.b_kn, jb, kb, kcur, static_cast<float*>(bbuf))) {
           ready = static_cast<const float*>(bbuf);
         } else {
-          pack_panel(p.b, p.b_kn, jb, kb, kcur, bbuf, kt.pack_pairs);
+          pack_panel(p.b, p.b_kn, jb, kb, kcur, bbuf, kt.pack_panel_fast);
         }
         // The next B micro-panel (the next K block, or the start of the next panel) is
         // pulled into L2 a slice per row slice, one line per k step inside the kernel, so
@@ -626,7 +626,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       if (p.packed_b) {
         bp = p.packed_b->panel(jb);
       } else {
-        pack_panel(p.b, p.b_kn, jb, 0, k32, bbuf, kt.pack_pairs);
+        pack_panel(p.b, p.b_kn, jb, 0, k32, bbuf, kt.pack_panel_fast);
         bp = bbuf;
       }
       // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 256 KiB) stays in L2 for all
@@ -754,7 +754,7 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     for (int64_t j = 0; j < np; ++j) {
       uint8_t* panel = base + j * m.panel_bytes;
       if (strips) pack_strip_panel(p.b, p.b_kn, j, kc, reinterpret_cast<float*>(panel), kt.pack_strips);
-      else pack_panel(p.b, p.b_kn, j, 0, m.k_padded, panel, kt.pack_pairs);
+      else pack_panel(p.b, p.b_kn, j, 0, m.k_padded, panel, kt.pack_panel_fast);
     }
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});

@@ -434,13 +434,16 @@ void widen_b(DType bt, int64_t kc, const void* bv, int s, float* dst) {
 
 // An unpacked B block straight into f32 strips (KernelTable::pack_strips): one pass of
 // 8 x 8 transposes ([N, K] B) or row copies ([K, N]) where pack_panel's element loop and
-// widen_b's strip copy took 5.6% and 6.6% of f32 2048^3 on one thread.
-template <class T>
+// widen_b's strip copy took 5.6% and 6.6% of f32 2048^3 on one thread. kStrips false: an
+// f32 B into pack_panel's [kc][64] panel instead (KernelTable::pack_panel_fast), for the
+// kernels that take panels: the element loop moved ~2.5 GB/s, so f32 M = 16 against
+// unpacked 2048 x 2048 weights spent 82% of its 6.8 ms packing.
+template <class T, bool kStrips = true>
 void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) {
   const PanelSource<T> in(b, kn, j);
   const T* src = in.src;
   const int64_t sn = in.sn, sk = in.sk, n0 = in.n0, ncols = in.ncols, krows = std::min(kc, in.K - k0);
-  auto at = [&](int64_t kk, int64_t n) { return dst + strip_index(kc, kk, n); };
+  auto at = [&](int64_t kk, int64_t n) { return kStrips ? dst + strip_index(kc, kk, n) : dst + kk * kNR + n; };
   auto scalar = [&](int64_t kk, int64_t n) {
     const T x = in.value(n, k0 + kk);
     if constexpr (sizeof(T) == 4) *at(kk, n) = x;
@@ -450,7 +453,7 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
   if (kn) {
     if (ncols == kNR) {
       for (; kv < krows; ++kv)
-        for (int64_t n = 0; n < kNR; n += 8) _mm256_store_ps(at(kv, n), simd::Avx2::load(src + (k0 + kv) * sk + n0 + n));
+        for (int64_t n = 0; n < kNR; n += 8) _mm256_storeu_ps(at(kv, n), simd::Avx2::load(src + (k0 + kv) * sk + n0 + n));
     }
   } else {
     for (; kv + 8 <= krows; kv += 8)
@@ -458,7 +461,7 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
         __m256 x[8];
         for (int i = 0; i < 8; ++i) x[i] = simd::Avx2::load(src + (n0 + n + i) * sn + k0 + kv);
         simd::Avx2::transpose8(x);
-        for (int i = 0; i < 8; ++i) _mm256_store_ps(at(kv + i, n), x[i]);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(at(kv + i, n), x[i]);
       }
     for (int64_t kk = 0; kk < kv; ++kk)  // those rows' partial 8-column group and zero columns
       for (int64_t n = ncols / 8 * 8; n < kNR; ++n) scalar(kk, n);
@@ -467,7 +470,7 @@ void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t 
     for (int64_t n = 0; n < kNR; ++n) scalar(kk, n);
 }
 
-// An unpacked bf16 B block into a pair panel [kc/2][64][2] (KernelTable::pack_pairs): the
+// An unpacked bf16 B block into a pair panel [kc/2][64][2] (KernelTable::pack_panel_fast): the
 // element loop of pack_panel moved 0.8 GB/s, so a call with unpacked weights and M of a
 // few tens spent more time packing than multiplying. [K, N]: rows k and k + 1 interleaved
 // by 16-bit unpacks; [N, K]: a (k, k + 1) pair is one dword of B's row, so the panel is the
@@ -512,9 +515,11 @@ void pack_pairs_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t k
     for (int64_t n = 0; n < kNR; ++n) scalar(pr, n);
 }
 
-bool pack_pairs(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) {
-  if (b.dtype != DType::kBF16 || b.strides[1] != 1) return false;
-  pack_pairs_t(b, kn, j, k0, kc, dst);
+bool pack_panel_fast(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) {
+  if (b.strides[1] != 1) return false;
+  if (b.dtype == DType::kBF16) pack_pairs_t(b, kn, j, k0, kc, static_cast<uint16_t*>(dst));
+  else if (b.dtype == DType::kF32) pack_strips_t<float, false>(b, kn, j, k0, kc, static_cast<float*>(dst));
+  else return false;
   return true;
 }
 
@@ -759,7 +764,7 @@ const KernelTable& kernels_avx2() {
                                              avx2::gemv_bf16b_passes<5, 2>, avx2::gemv_bf16b_passes<6, 2>},
                              .gemv2_i8b = {avx2::gemv_i8b<2, 2>, nullptr}, .f32b_out = avx2::kern_f32_out, .widen_b = avx2::widen_b,
                              .f32_strip = avx2::kern_strip, .pack_strips = avx2::pack_strips, .gemv_rows = avx2::gemv_rows, .gemv_kn = avx2::gemv_kn,
-                             .pack_pairs = avx2::pack_pairs};
+                             .pack_panel_fast = avx2::pack_panel_fast};
   return t;
 }
 }  // namespace optx::gemm_detail

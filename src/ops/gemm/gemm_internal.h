@@ -11,9 +11,9 @@ namespace optx::gemm_detail {
 // Writes rows [k0, k0 + kc) of column panel j of B into dst in the packed panel format
 // (see PackedMatrix), zero-filling columns past N and, for bf16, the odd half of a final
 // incomplete pair. k0 is even for bf16. b is [N, K] or, with kn, [K, N].
-// fast: the kernels' vector packer for bf16 (KernelTable::pack_pairs), tried first.
-using PackPairsFn = bool (*)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst);
-void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst, PackPairsFn fast = nullptr);
+// fast: the kernels' vector packer for bf16 and f32 (KernelTable::pack_panel_fast), tried first.
+using PackPanelFn = bool (*)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst);
+void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst, PackPanelFn fast = nullptr);
 // The packed layout of an N x K matrix of dtype (no data): K padded to whole AMX k-steps
 // for bf16 so tile loads never leave a panel; strip_kc > 0 (f32): the strip layout.
 PackedMatrix packed_layout(DType dtype, int64_t n, int64_t k, int64_t strip_kc = 0);

@@ -158,9 +158,9 @@ struct KernelTable {
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
   bool gemv_l2_ahead = false;  // gemv_rows / gemv_kn run the next B rows into L2 ahead of their loads
   void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
-  // Optional: pack_panel for an unpacked bf16 B with unit inner stride, the same bytes;
-  // other dtypes or strides: returns false and writes nothing.
-  bool (*pack_pairs)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, uint16_t* dst) = nullptr;
+  // Optional: pack_panel for an unpacked bf16 or f32 B with unit inner stride, the same
+  // bytes; other dtypes or strides: returns false and writes nothing.
+  bool (*pack_panel_fast)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) = nullptr;
   PackAPairsFn pack_a_pairs = nullptr;  // optional, with bf16dp
 };
 
@@ -185,7 +185,7 @@ const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
 const KernelTable& kernels_amx();
 
-// t with the AVX2 unit's unpacked-B paths (gemv_rows, gemv_kn, pack_pairs), for the wider
+// t with the AVX2 unit's unpacked-B paths (gemv_rows, gemv_kn, pack_panel_fast), for the wider
 // units, which have none of their own: every AVX-512 CPU runs AVX2 code, and without them
 // a call against unpacked weights packed B element by element first (~1 GB/s). On these
 // hosts gemv_rows and gemv_kn also run the next B rows into L2 (Emerald Rapids, bf16
@@ -196,7 +196,7 @@ inline KernelTable with_avx2_unpacked_paths(KernelTable t) {
   t.gemv_rows = a.gemv_rows;
   t.gemv_l2_ahead = true;
   t.gemv_kn = a.gemv_kn;
-  t.pack_pairs = a.pack_pairs;
+  t.pack_panel_fast = a.pack_panel_fast;
   return t;
 }
 

@@ -42,8 +42,8 @@ void strips_to_panel(const float* src, int64_t kc, float* dst) {
     for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * kNR + 16 * s, src + strip_index(kc, k, 16 * s), 16 * sizeof(float));
 }
 
-void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst, PackPairsFn fast) {
-  if (fast && fast(b, kn, j, k0, kc, static_cast<uint16_t*>(dst))) return;
+void pack_panel(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst, PackPanelFn fast) {
+  if (fast && fast(b, kn, j, k0, kc, dst)) return;
   switch (b.dtype) {
     case DType::kF32: return pack_typed(b, kn, j, k0, kc, static_cast<float*>(dst));
     case DType::kBF16: return pack_typed(b, kn, j, k0, kc, static_cast<uint16_t*>(dst));
@@ -227,7 +227,7 @@ Status pack_weights(const PackWeightsParams& p, PackedWeights* out) {
     PackedMatrix& pm = result.mats_[e];
     uint8_t* dst = const_cast<uint8_t*>(pm.panel(j));
     if (strip_kc > 0) gemm_detail::pack_strip_panel(m, p.kn, j, strip_kc, reinterpret_cast<float*>(dst), kt ? kt->pack_strips : nullptr);
-    else gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, dst, kt ? kt->pack_pairs : nullptr);
+    else gemm_detail::pack_panel(m, p.kn, j, 0, k_padded, dst, kt ? kt->pack_panel_fast : nullptr);
     if (is_i8) {
       TensorView s = p.scales;
       if (s.rank == 2) {

@@ -495,35 +495,42 @@ TEST(Gemm, StripLayoutPacksTheSameMatrix) {
   EXPECT_EQ(st.message(), "pack_weights: layout=strips needs f32 weights, got w.dtype=bf16");
 }
 
-// The selected kernels' vector packer for unpacked bf16 B (KernelTable::pack_pairs) writes
-// the bytes of pack_panel's element loop: both layouts, padded rows, N and K tails, odd
-// K, whole K padded past B (pack_weights) and a K block from the middle (the blocked
-// driver); every panel byte is compared, over buffers poisoned differently.
-TEST(Gemm, Bf16PairPackerMatchesTheElementLoop) {
+// The selected kernels' vector packer for unpacked bf16 and f32 B
+// (KernelTable::pack_panel_fast) writes the bytes of pack_panel's element loop: both
+// layouts, padded rows, N and K tails, odd K, whole K padded past B (pack_weights) and a K
+// block from the middle (the blocked driver); every panel byte is compared, over buffers
+// poisoned differently. Other dtypes are declined.
+TEST(Gemm, VectorPanelPackerMatchesTheElementLoop) {
   const KernelTable* kt = selected_table();
-  if (!kt || !kt->pack_pairs) GTEST_SKIP() << "no vector bf16 packer in " << selected_impl("gemm");
+  if (!kt || !kt->pack_panel_fast) GTEST_SKIP() << "no vector panel packer in " << selected_impl("gemm");
   testing::Rng rng(9);
-  for (bool kn : {false, true})
-    for (auto [N, K] : {std::pair<int64_t, int64_t>{70, 37}, {64, 16}, {13, 1}, {131, 100}, {200, 64}})
-      for (int64_t pad : {0, 3}) {
-        const int64_t rows = kn ? K : N, cols = kn ? N : K, ld = cols + pad;
-        std::vector<uint16_t> w(size_t(rows * ld));
-        testing::fill_bf16(w.data(), rows * ld, rng);
-        const TensorView b = make_view(w.data(), DType::kBF16, {rows, cols}, {ld, 1});
-        std::vector<std::pair<int64_t, int64_t>> blocks = {{0, (K + 31) / 32 * 32}};
-        if (K > 32) blocks.push_back({16, 16});
-        for (auto [k0, kc] : blocks)
-          for (int64_t j = 0; j < (N + kNR - 1) / kNR; ++j) {
-            const size_t n = size_t((kc + 1) / 2 * 2 * kNR);
-            std::vector<uint16_t> fast(n, 0x1234), slow(n, 0x4321);
-            ASSERT_TRUE(kt->pack_pairs(b, kn, j, k0, kc, fast.data()));
-            pack_panel(b, kn, j, k0, kc, slow.data());
-            ASSERT_EQ(fast, slow) << "kn=" << kn << " N=" << N << " K=" << K << " pad=" << pad << " k0=" << k0 << " j=" << j;
-          }
-      }
-  std::vector<float> f(64 * 16);
-  std::vector<uint16_t> dst(64 * 16);
-  EXPECT_FALSE(kt->pack_pairs(make_view(f.data(), DType::kF32, {64, 16}), false, 0, 0, 16, dst.data()));
+  for (DType dt : {DType::kBF16, DType::kF32})
+    for (bool kn : {false, true})
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{70, 37}, {64, 16}, {13, 1}, {131, 100}, {200, 64}})
+        for (int64_t pad : {0, 3}) {
+          const int64_t rows = kn ? K : N, cols = kn ? N : K, ld = cols + pad;
+          const size_t es = dtype_size(dt);
+          std::vector<uint8_t> w(size_t(rows * ld) * es);
+          if (dt == DType::kBF16) testing::fill_bf16(reinterpret_cast<uint16_t*>(w.data()), rows * ld, rng);
+          else testing::fill_f32(reinterpret_cast<float*>(w.data()), rows * ld, rng);
+          const TensorView b = make_view(w.data(), dt, {rows, cols}, {ld, 1});
+          std::vector<std::pair<int64_t, int64_t>> blocks = {{0, (K + 31) / 32 * 32}};
+          if (K > 32) blocks.push_back({16, 16});
+          for (auto [k0, kc] : blocks)
+            for (int64_t j = 0; j < (N + kNR - 1) / kNR; ++j) {
+              const size_t n = size_t((dt == DType::kBF16 ? (kc + 1) / 2 * 2 : kc) * kNR) * es;
+              std::vector<uint8_t> fast(n, 0x12), slow(n, 0x43);
+              ASSERT_TRUE(kt->pack_panel_fast(b, kn, j, k0, kc, fast.data()));
+              pack_panel(b, kn, j, k0, kc, slow.data());
+              ASSERT_EQ(fast, slow) << dtype_name(dt) << " kn=" << kn << " N=" << N << " K=" << K << " pad=" << pad << " k0=" << k0
+                                    << " j=" << j;
+            }
+        }
+  std::vector<int8_t> q(64 * 16);
+  std::vector<uint8_t> dst(64 * 16);
+  EXPECT_FALSE(kt->pack_panel_fast(make_view(q.data(), DType::kI8, {64, 16}), false, 0, 0, 16, dst.data()));
+  std::vector<float> f(64 * 32);
+  EXPECT_FALSE(kt->pack_panel_fast(make_view(f.data(), DType::kF32, {64, 16}, {32, 2}), false, 0, 0, 16, dst.data()));
 }
 
 TEST(Gemm, PackedGroupOfMatrices) {
