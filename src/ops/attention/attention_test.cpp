@@ -415,6 +415,11 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
         for (auto [B, Sq, Nq, Nkv, D, lens] : {std::tuple{1, 1, 8, 8, 64, std::vector<int32_t>{1}},
                                                {2, 1, 8, 2, 128, std::vector<int32_t>{37, 300}},
                                                {3, 3, 12, 4, 80, std::vector<int32_t>{3, 64, 129}},
+                                               // D off the 32 grid with few rows per job (not
+                                               // the few-row kernel's): split at 2 threads, and
+                                               // a 16-column P . V tail after 64 + 32
+                                               {1, 1, 8, 2, 80, std::vector<int32_t>{600}},
+                                               {2, 1, 6, 3, 112, std::vector<int32_t>{5, 260}},
                                                {1, 8, 4, 1, 96, std::vector<int32_t>{200}},
                                                // >= 2 x kMinSplitBlocks blocks: split at 2 threads
                                                {1, 2, 4, 1, 96, std::vector<int32_t>{530}},
