@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "optx/tensor.h"
+#include "simd/simd_tanh_inl.h"
 
 namespace optx::simd {
 
@@ -58,16 +59,8 @@ struct Avx2 {
   // As Avx512::tanh.
   OPTX_ALWAYS_INLINE static F tanh(F x) {
     const F sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f)), a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    const F one = _mm256_set1_ps(1.0f);
-    const F e = exp(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f)));
-    const F big = _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)), sign);
-    const F x2 = _mm256_mul_ps(x, x);
-    F p = _mm256_set1_ps(62.0f / 2835.0f);
-    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-17.0f / 315.0f));
-    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(2.0f / 15.0f));
-    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-1.0f / 3.0f));
-    const F small = _mm256_fmadd_ps(_mm256_mul_ps(p, x2), x, x);
-    const F r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
+    const F big = _mm256_or_ps(detail::tanh_of_abs<Avx2>(a), sign);
+    const F r = _mm256_blendv_ps(big, detail::tanh_series<Avx2>(x), _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
     return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "optx/tensor.h"
+#include "simd/simd_tanh_inl.h"
 
 namespace optx::simd {
 
@@ -38,22 +39,12 @@ struct Avx512 {
     r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), r, _mm512_setzero_ps());
     return r;
   }
-  // tanh x = sign(x) (1 - e) / (1 + e), e = e^(-2|x|): no overflow, |x| -> inf gives 1.
-  // Below |x| = 1/4, where 1 - e cancels, tanh's odd series to x^9 (the next term is
-  // < 1e-8 of x there). Relative error < 1e-6; NaN stays NaN.
+  // tanh: simd_tanh_inl.h's two pieces, the sign put back, NaN kept.
   OPTX_ALWAYS_INLINE static F tanh(F x) {
-    const F a = _mm512_abs_ps(x), one = _mm512_set1_ps(1.0f);
-    const F e = exp(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f)));
     const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int32_t(0x80000000u)));
-    const F big = _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_castps_si512(_mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e))), sign));
-    const F x2 = _mm512_mul_ps(x, x);
-    F p = _mm512_set1_ps(62.0f / 2835.0f);
-    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-17.0f / 315.0f));
-    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.0f / 15.0f));
-    p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.0f / 3.0f));
-    const F small = _mm512_fmadd_ps(_mm512_mul_ps(p, x2), x, x);
-    const F r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_LT_OQ), big, small);
+    const F a = _mm512_abs_ps(x);
+    const F big = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(detail::tanh_of_abs<Avx512>(a)), sign));
+    const F r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_LT_OQ), big, detail::tanh_series<Avx512>(x));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x);
   }
   // Swaps lanes 2i and 2i+1 (adjacent pairs).
