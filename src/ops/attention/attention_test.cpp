@@ -183,6 +183,22 @@ TEST(FlashAttention, WindowsThatHideWholeRows) {
   expect_all(cs);
 }
 
+// A float bias used as an additive mask (PyTorch's float attn_mask): -inf entries hide
+// their keys, a row of them gives 0 and lse -inf as a fully masked row; both the bf16 job
+// kernel (rows 9-96) and the vector kernels (f32; few-row jobs).
+TEST(FlashAttention, MinusInfBiasActsAsAMask) {
+  std::vector<FlashCase> cs;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (auto [Sq, Nq] : {std::pair<int64_t, int64_t>{40, 4}, {3, 2}}) {
+      FlashCase c;
+      c.dtype = dt, c.Sq = Sq, c.Skv = 150, c.Nq = Nq, c.Nkv = 1, c.bias = true, c.bias_inf = true, c.causal = true;
+      cs.push_back(c);
+      c.softcap = 3.0f;
+      cs.push_back(c);
+    }
+  expect_all(cs);
+}
+
 // A banded mask (each row sees the keys within 50 of its diagonal): whole 128-key
 // superblocks before and after a job's band are hidden from all its rows, which the
 // bf16 job kernel skips; the rows' state must come through the skipped blocks intact,

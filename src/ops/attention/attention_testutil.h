@@ -215,6 +215,7 @@ struct FlashCase {
   bool mask = false, bias = false, sinks = false;
   // Broadcast shapes: mask [B|1, Nq|1, Sq, Skv] and bias likewise (true: the full dim).
   bool mask_b = true, mask_h = false, bias_b = false, bias_h = true;
+  bool bias_inf = false;  // bias -inf at about one entry in four and the whole of row 1 of the first slice (an additive mask)
   int64_t mask_band = 0;  // > 0: the mask shows each row the keys within mask_band of its diagonal, nothing else
   bool strided = false;  // q, k, v, out padded (Stored), each with its own padding
   bool lse = true;       // false: no lse output (an empty view)
@@ -229,6 +230,7 @@ struct FlashCase {
     // Only when not the default, so verify's row names stay as they were.
     if (mask) os << " mask_shape=" << (mask_b ? "B" : "1") << "," << (mask_h ? "N" : "1");
     if (mask_band > 0) os << " mask_band=" << mask_band;
+    if (bias_inf) os << " bias_inf";
     if (bias) os << " bias_shape=" << (bias_b ? "B" : "1") << "," << (bias_h ? "N" : "1");
     if (scale != 0.0f) os << " scale=" << scale;
     if (strided) os << " strided";
@@ -291,6 +293,11 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
   if (c.bias) {
     bias.resize(size_t(bB * bN * c.Sq * c.Skv));
     for (auto& x : bias) x = rng.uniform(-2, 2);
+    if (c.bias_inf) {
+      for (auto& x : bias)
+        if (rng.below(4) == 0) x = -INFINITY;
+      for (int64_t j = 0; j < c.Skv && c.Sq > 1; ++j) bias[size_t(c.Skv + j)] = -INFINITY;
+    }
   }
   if (c.sinks) {
     sinks.resize(size_t(c.Nq));
