@@ -63,6 +63,12 @@ struct Avx2 {
     const F r = _mm256_blendv_ps(big, detail::tanh_series<Avx2>(x), _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
     return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
+  OPTX_ALWAYS_INLINE static F hide(F x, const int8_t* m, int n = W) {
+    int64_t t = 0;  // n < W: no read past the mask's last byte
+    std::memcpy(&t, m, size_t(n));
+    const __m256i z = _mm256_cmpeq_epi32(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(t)), _mm256_setzero_si256());
+    return _mm256_blendv_ps(x, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(z));
+  }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F div(F a, F b) { return _mm256_div_ps(a, b); }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }

@@ -3,6 +3,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -59,6 +60,10 @@ struct Avx512 {
   }
   OPTX_ALWAYS_INLINE static F neg_even(F a) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi64(int64_t(0x80000000))));
+  }
+  OPTX_ALWAYS_INLINE static F hide(F x, const int8_t* m, int n = W) {
+    const __m128i b = _mm_maskz_loadu_epi8(mask(n), m);
+    return _mm512_mask_blend_ps(_mm_test_epi8_mask(b, b), _mm512_set1_ps(-INFINITY), x);
   }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   OPTX_ALWAYS_INLINE static F div(F a, F b) { return _mm512_div_ps(a, b); }

@@ -5,6 +5,7 @@
 //   zero, set1, add, sub, mul, div, fmadd, max, reduce (fixed-order horizontal sum), reduce_max
 //   exp              e^x, relative error < 2e-7 (polynomial on AVX2/AVX-512); exp(-inf) = 0
 //   tanh             relative error < 1e-6 (from exp on AVX2/AVX-512); NaN kept
+//   hide(x, m) / hide(x, m, n)  x where the i8 mask m is nonzero, -inf where it is 0 (n < W: m's first n)
 //   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
 //   pair_dup(p) / pair_dup(p, n) (W >= 2 only): lanes 2i and 2i+1 = p[i]; n lanes (even), rest 0
 //   neg_even (W >= 2 only): negate lanes 2i
@@ -45,6 +46,7 @@ struct Scalar {
   OPTX_ALWAYS_INLINE static float reduce_max(F v) { return v; }
   OPTX_ALWAYS_INLINE static F exp(F x) { return std::exp(x); }
   OPTX_ALWAYS_INLINE static F tanh(F x) { return std::tanh(x); }
+  OPTX_ALWAYS_INLINE static F hide(F x, const int8_t* m, int = W) { return *m ? x : -INFINITY; }
   OPTX_ALWAYS_INLINE static F mul(F a, F b) { return a * b; }
   OPTX_ALWAYS_INLINE static F div(F a, F b) { return a / b; }
   OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return a * b + c; }

@@ -260,11 +260,38 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // (more softmax passes and O loads / stores per key). MLA (G = 1, compute-bound here)
   // lost 2-4% at 16 or 32 keys, so other jobs keep kKvBlock.
   const int64_t step = tiles && G > 1 ? 16 : kKvBlock;
+  // The next block's rows (fetched at kKvBlock) become the current ones.
+  const auto shift_next = [&](int64_t n_next) {
+    std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
+    std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
+    if (i8_tiles || mla_i8) std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
+    if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
+    if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
+  };
+  // Whether the rows' masks hide all of keys kb .. kb + n from every row: such a block
+  // changes nothing (p = 0, each row's m and l as they were) and is skipped, as the bf16
+  // job kernel skips such superblocks: a causal or block-sparse rule given as a mask tensor
+  // then costs about what the flag costs (flash bf16 S = 2048, 16 heads, a causal mask
+  // tensor, old / new build back to back: `avx512` unit 270 -> 135 ms, `avx2` 314 -> 162;
+  // the flag 109 / 143; masks in vectors gave 253 -> 197 / 276 -> 230 of that).
+  const auto hidden = [&](int64_t kb, int64_t n) {
+    for (int r = 0; r < R; ++r) {
+      const Row& row = j.rows[r];
+      if (!row.mask) return false;
+      for (int64_t jj = 0; jj < n; ++jj)
+        if (row.mask[(kb + jj) * row.mask_cs]) return false;
+    }
+    return true;
+  };
   if (lo < hi) rows(lo, std::min(step, hi - lo), 0);
   for (int64_t kb = lo; kb < hi; kb += step) {
     const int64_t n = std::min(step, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(step, hi - kb - step));
     if (n_next) rows(kb + step, n_next, kKvBlock);
+    if (j.rows[0].mask && hidden(kb, n)) {
+      shift_next(n_next);
+      continue;
+    }
 #if OPTX_ATTN_BF16_TILES
     // The scores read this block's K and P·V its V: the scores prefetch this block's V,
     // P·V the next block's K, so about half a block's rows are in flight or waiting in L2
@@ -338,23 +365,24 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       float bmax = -INFINITY;
       // Causal / window visibility is an interval of the block's keys, [a, b).
       const auto [a, b] = visible_keys(c, row.qpos, j.offset, kb, n);
-      // Softcap and a unit-stride bias in vectors (std::tanh per score took ~5x the rest
-      // of the block's work: flash S = 2048, 16 heads, avx512 / avx2 units 2.2-2.3x).
-      const bool cap = c.softcap > 0.0f, vbias = row.bias && row.bias_cs == 1;
-      if (cap || vbias) {
+      // Softcap, a unit-stride bias and a unit-stride mask in vectors (std::tanh per score
+      // took ~5x the rest of the block's work: flash S = 2048, 16 heads, avx512 / avx2
+      // units 2.2-2.3x).
+      const bool cap = c.softcap > 0.0f, vbias = row.bias && row.bias_cs == 1, vmask = row.mask && row.mask_cs == 1;
+      if (cap || vbias || vmask) {
         const auto capv = V::set1(c.softcap), inv = V::set1(cap ? 1.0f / c.softcap : 0.0f);
-        const auto logit = [&](auto x, int64_t jj, auto load_bias) {
+        const auto logit = [&](auto x, int64_t jj, int w) {
           if (cap) x = V::mul(capv, V::tanh(V::mul(x, inv)));
-          return vbias ? V::add(x, load_bias(row.bias + kb + jj)) : x;
+          if (vbias) x = V::add(x, w == V::W ? V::load(row.bias + kb + jj) : V::load(row.bias + kb + jj, w));
+          return vmask ? V::hide(x, row.mask + kb + jj, w) : x;
         };
         int64_t jj = a;
-        for (; jj + V::W <= b; jj += V::W) V::store(s + jj, logit(V::load(s + jj), jj, [](const float* p) { return V::load(p); }));
+        for (; jj + V::W <= b; jj += V::W) V::store(s + jj, logit(V::load(s + jj), jj, V::W));
         // The tail alone masked: AVX2's masked store (vmaskmovps) is microcoded on AMD,
         // and every block through it ran the bias case 10-25% slower than scalar adds.
-        if (const int w = int(b - jj); w > 0)
-          V::store(s + jj, logit(V::load(s + jj, w), jj, [w](const float* p) { return V::load(p, w); }), w);
+        if (const int w = int(b - jj); w > 0) V::store(s + jj, logit(V::load(s + jj, w), jj, w), w);
       }
-      if (!row.mask && (!row.bias || vbias)) {
+      if ((!row.mask || vmask) && (!row.bias || vbias)) {
         // The rest of the block is masked by two fills, and the max runs in vectors.
         // (Each row meets partly visible blocks around its diagonal; they went key by key
         // through the generic loop below: causal bf16 prefill, 16 heads, alternating in
@@ -371,7 +399,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
           const int64_t key = kb + jj;
           float x = s[jj];
           if (row.bias && !vbias) x += row.bias[key * row.bias_cs];
-          if (jj < a || jj >= b || (row.mask && row.mask[key * row.mask_cs] == 0)) x = -INFINITY;
+          if (jj < a || jj >= b || (row.mask && !vmask && row.mask[key * row.mask_cs] == 0)) x = -INFINITY;
           s[jj] = x;
           bmax = std::max(bmax, x);
         }
@@ -441,11 +469,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     pf_s.rest();
     pf_v.rest();
 #endif
-    std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
-    std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
-    if (i8_tiles || mla_i8) std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
-    if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
-    if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
+    shift_next(n_next);
   }
 #if OPTX_ATTN_GEMM_PREFILL
   if (gemm_prefill) gp.store_o(acc, Dvp);

@@ -199,18 +199,19 @@ TEST(FlashAttention, MinusInfBiasActsAsAMask) {
   expect_all(cs);
 }
 
-// A banded mask (each row sees the keys within 50 of its diagonal): whole 128-key
-// superblocks before and after a job's band are hidden from all its rows, which the
-// bf16 job kernel skips; the rows' state must come through the skipped blocks intact,
-// with unit and strided mask columns.
+// A banded mask (each row sees the keys within 50 of its diagonal): whole key blocks
+// before and after a job's band are hidden from all its rows, which the kernels skip;
+// the rows' state must come through the skipped blocks intact, with unit and strided
+// mask columns.
 TEST(FlashAttention, BandMaskSkipsHiddenSuperblocks) {
   std::vector<FlashCase> cs;
-  for (bool strided : {false, true}) {
-    FlashCase c;
-    c.dtype = DType::kBF16, c.Sq = 400, c.Skv = 430, c.Nq = 2, c.Nkv = 1, c.D = 64, c.Dv = 64;
-    c.mask = true, c.mask_band = 50, c.strided = strided;
-    cs.push_back(c);
-  }
+  for (DType dt : {DType::kBF16, DType::kF32})
+    for (bool strided : {false, true}) {
+      FlashCase c;
+      c.dtype = dt, c.Sq = 400, c.Skv = 430, c.Nq = 2, c.Nkv = 1, c.D = 64, c.Dv = 64;
+      c.mask = true, c.mask_band = 50, c.strided = strided;
+      cs.push_back(c);
+    }
   expect_all(cs);
 }
 
