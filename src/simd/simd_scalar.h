@@ -4,7 +4,7 @@
 //   F              vector of W floats
 //   zero, set1, add, sub, mul, div, fmadd, max, reduce (fixed-order horizontal sum), reduce_max
 //   exp              e^x, relative error < 2e-7 (polynomial on AVX2/AVX-512); exp(-inf) = 0
-//   tanh             relative error < 1e-6 (from exp on AVX2/AVX-512); NaN kept
+//   tanh             relative error < 3e-7 (from exp on AVX2/AVX-512); NaN kept
 //   hide(x, m) / hide(x, m, n)  x where the i8 mask m is nonzero, -inf where it is 0 (n < W: m's first n)
 //   swap_pairs (W >= 2 only): exchange lanes 2i and 2i+1
 //   pair_dup(p) / pair_dup(p, n) (W >= 2 only): lanes 2i and 2i+1 = p[i]; n lanes (even), rest 0
