@@ -254,31 +254,6 @@ OPTX_ALWAYS_INLINE void stage_v_pairs(const void* const* rows, int64_t n, int64_
   }
 }
 
-// Whether the masks of `groups` row groups hide every one of keys kb .. kb + n from every
-// row. Such a superblock changes nothing (p = 0 throughout, m and l as they were), so the
-// kernels skip it: a causal or block-sparse rule given as a mask tensor then costs about
-// what the flag costs, where it visited the whole square (flash S = 4096, 16 heads, a causal
-// mask tensor: 2.2x -> 1.15-1.2x the causal flag's time).
-bool masked_out(const PairRows* rs, int groups, int64_t kb, int64_t n) {
-  for (int g = 0; g < groups; ++g) {
-    const PairRows& x = rs[g];
-    if (!x.has_mask) return false;
-    for (int r = 0; r < x.R; ++r) {
-      const int8_t* m = x.mask[r];
-      if (x.mask_cs != 1) {
-        for (int64_t k = 0; k < n; ++k)
-          if (m[(kb + k) * x.mask_cs]) return false;
-        continue;
-      }
-      for (int64_t k = 0; k < n; k += 64) {
-        const __mmask64 in = n - k >= 64 ? ~__mmask64(0) : (__mmask64(1) << (n - k)) - 1;
-        if (_mm512_test_epi8_mask(_mm512_maskz_loadu_epi8(in, m + kb + k), _mm512_set1_epi8(-1))) return false;
-      }
-    }
-  }
-  return true;
-}
-
 // The job kernel's reach: bf16 with D and Dv multiples of 16 (Q^T's last pairs and P . V's
 // last 16 columns as tails: D = 80 ran the widening GEMM prefill at 0.42x D = 128's rate),
 // softcap, bias and mask in its softmax.
@@ -382,7 +357,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     }
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
     if (n_next) fetch(kb + kSuper, n_next);
-    if (rs[0].has_mask && masked_out(rs, groups, kb, n)) continue;
+    if (rs[0].has_mask && masks_hide(j, kb, n)) continue;
     // Decode streams each row once: the next superblock goes to L2 during this one (from
     // the cache itself; an i8 cache's rows were just dequantised, nothing to fetch).
     const bool v_apart = n_next > 0 && vn[0] != kn[0];

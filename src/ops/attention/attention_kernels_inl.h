@@ -268,27 +268,12 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
     if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
   };
-  // Whether the rows' masks hide all of keys kb .. kb + n from every row: such a block
-  // changes nothing (p = 0, each row's m and l as they were) and is skipped, as the bf16
-  // job kernel skips such superblocks: a causal or block-sparse rule given as a mask tensor
-  // then costs about what the flag costs (flash bf16 S = 2048, 16 heads, a causal mask
-  // tensor, old / new build back to back: `avx512` unit 270 -> 135 ms, `avx2` 314 -> 162;
-  // the flag 109 / 143; masks in vectors gave 253 -> 197 / 276 -> 230 of that).
-  const auto hidden = [&](int64_t kb, int64_t n) {
-    for (int r = 0; r < R; ++r) {
-      const Row& row = j.rows[r];
-      if (!row.mask) return false;
-      for (int64_t jj = 0; jj < n; ++jj)
-        if (row.mask[(kb + jj) * row.mask_cs]) return false;
-    }
-    return true;
-  };
   if (lo < hi) rows(lo, std::min(step, hi - lo), 0);
   for (int64_t kb = lo; kb < hi; kb += step) {
     const int64_t n = std::min(step, hi - kb);
     const int64_t n_next = std::max<int64_t>(0, std::min(step, hi - kb - step));
     if (n_next) rows(kb + step, n_next, kKvBlock);
-    if (j.rows[0].mask && hidden(kb, n)) {
+    if (j.rows[0].mask && masks_hide(j, kb, n)) {  // blocks no row sees (attention_internal.h)
       shift_next(n_next);
       continue;
     }
