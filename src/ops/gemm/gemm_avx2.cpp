@@ -439,7 +439,7 @@ void widen_b(DType bt, int64_t kc, const void* bv, int s, float* dst) {
 // kernels that take panels: the element loop moved ~2.5 GB/s, so f32 M = 16 against
 // unpacked 2048 x 2048 weights spent 82% of its 6.8 ms packing.
 template <class T, bool kStrips = true>
-void pack_strips_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) {
+void pack_f32_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) {
   const PanelSource<T> in(b, kn, j);
   const T* src = in.src;
   const int64_t sn = in.sn, sk = in.sk, n0 = in.n0, ncols = in.ncols, krows = std::min(kc, in.K - k0);
@@ -518,15 +518,15 @@ void pack_pairs_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t k
 bool pack_panel_fast(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) {
   if (b.strides[1] != 1) return false;
   if (b.dtype == DType::kBF16) pack_pairs_t(b, kn, j, k0, kc, static_cast<uint16_t*>(dst));
-  else if (b.dtype == DType::kF32) pack_strips_t<float, false>(b, kn, j, k0, kc, static_cast<float*>(dst));
+  else if (b.dtype == DType::kF32) pack_f32_t<float, false>(b, kn, j, k0, kc, static_cast<float*>(dst));
   else return false;
   return true;
 }
 
 bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) {
   if (b.strides[1] != 1) return false;  // the vector loads read along K ([N, K]) or N ([K, N])
-  if (b.dtype == DType::kF32) pack_strips_t<float>(b, kn, j, k0, kc, dst);
-  else if (b.dtype == DType::kBF16) pack_strips_t<uint16_t>(b, kn, j, k0, kc, dst);
+  if (b.dtype == DType::kF32) pack_f32_t<float>(b, kn, j, k0, kc, dst);
+  else if (b.dtype == DType::kBF16) pack_f32_t<uint16_t>(b, kn, j, k0, kc, dst);
   else return false;
   return true;
 }
