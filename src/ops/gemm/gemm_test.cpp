@@ -143,6 +143,24 @@ std::vector<Case> edge_cases() {
         c.beta = 0.5f;
         cs.push_back(c);
       }
+  // Unpacked B packed a chunk of K blocks at a time (256 KiB of a panel: 2048 bf16 K rows,
+  // 1024 f32 ones at kc = 128), K past two chunks with an odd tail; rows that fit one
+  // chunk split N over the threads (40 rows over 9 panels), with beta and bias.
+  for (auto [M, N, K] : {std::tuple{17, 130, 2 * 2048 + 37}, {40, 520, 1024 + 129}})
+    for (bool kn : {false, true})
+      for (DType bt : {DType::kF32, DType::kBF16}) {
+        Case c;
+        c.M = M, c.N = N, c.K = K;
+        c.a = bt, c.b = bt, c.c = DType::kF32;
+        c.packed = false;
+        c.b_kn = kn;
+        c.lda_pad = 1;
+        if (kn) {
+          c.beta = 0.5f;
+          c.bias = Bias::kF32;
+        }
+        cs.push_back(c);
+      }
   // Decode against unpacked weights (up to 8 rows; 9 leave the streaming paths), strided A,
   // beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C:
   //   [N, K] (KernelTable::gemv_rows): every row count and its B-row grouping, K below and
