@@ -53,9 +53,9 @@ struct OptxRun {
 };
 
 #ifdef OPTX_HAVE_ONEDNN
-// oneDNN matmul C[M, N] = A[M, K] * W^T (all f32 or all bf16), W given [N, K] row-major
-// and reordered once into oneDNN's preferred layout (its equivalent of packing), `copies`
-// times for rotation.
+// oneDNN matmul C[M, N] = A[M, K] * W^T (all f32 or all bf16), each W of `w` given [N, K]
+// row-major and reordered once into oneDNN's preferred layout (its equivalent of packing),
+// or, `plain`, read as it is on every call (its unpacked path). Calls rotate over w.
 struct OnednnMatmul {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream s{eng};
@@ -64,15 +64,20 @@ struct OnednnMatmul {
   dnnl::memory a_mem, c_mem;
   dnnl::matmul mm;
   size_t i = 0;
-  OnednnMatmul(bool bf16, int threads, int64_t M, int64_t N, int64_t K, void* a, void* w, void* c, int copies) {
+  OnednnMatmul(bool bf16, int threads, int64_t M, int64_t N, int64_t K, void* a, const std::vector<void*>& w, void* c, bool plain) {
     omp_set_num_threads(threads);
     using namespace dnnl;
     using tag = memory::format_tag;
     const memory::data_type dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    memory::desc a_md({M, K}, dt, tag::ab), w_any({K, N}, dt, tag::any), c_md({M, N}, dt, tag::ab);
-    pd = matmul::primitive_desc(matmul::desc(a_md, w_any, c_md), eng);
-    memory w_user({{K, N}, dt, tag::ba}, eng, w);  // [N, K] row-major == [K, N] "ba"
-    for (int k = 0; k < copies; ++k) {
+    const memory::desc a_md({M, K}, dt, tag::ab), c_md({M, N}, dt, tag::ab);
+    const memory::desc w_user_md({K, N}, dt, tag::ba);  // [N, K] row-major == [K, N] "ba"
+    pd = matmul::primitive_desc(matmul::desc(a_md, plain ? w_user_md : memory::desc({K, N}, dt, tag::any), c_md), eng);
+    for (void* src : w) {
+      memory w_user(w_user_md, eng, src);
+      if (plain) {
+        ws.push_back(w_user);
+        continue;
+      }
       ws.emplace_back(pd.weights_desc(), eng);
       reorder(w_user, ws.back()).execute(s, w_user, ws.back());
     }
@@ -88,10 +93,10 @@ struct OnednnMatmul {
 
 // The peer, or nullptr (and a line saying so) where oneDNN has no implementation of the
 // case on this CPU: its bf16 matmul needs AVX512_BF16 or AMX, so an AVX2 machine has none.
-std::unique_ptr<OnednnMatmul> make_onednn(bool bf16, int threads, int64_t M, int64_t N, int64_t K, void* a, void* w,
-                                          void* c, int copies) {
+std::unique_ptr<OnednnMatmul> make_onednn(bool bf16, int threads, int64_t M, int64_t N, int64_t K, void* a,
+                                          const std::vector<void*>& w, void* c, bool plain = false) {
   try {
-    return std::make_unique<OnednnMatmul>(bf16, threads, M, N, K, a, w, c, copies);
+    return std::make_unique<OnednnMatmul>(bf16, threads, M, N, K, a, w, c, plain);
   } catch (const dnnl::error& e) {
     std::fprintf(stderr, "optx bench: gemm: no oneDNN %s matmul M=%lld N=%lld K=%lld on this CPU (%s); its row is left out\n",
                  bf16 ? "bf16" : "f32", static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), e.what());
@@ -152,7 +157,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
 #endif
 #ifdef OPTX_HAVE_ONEDNN
   // (Debian's OpenBLAS has no sbgemm, so the bf16 case has oneDNN alone.)
-  const auto dnn = make_onednn(bf16, ctx.threads, M, N, K, a.data(), b.data(), c.data(), 1);
+  const auto dnn = make_onednn(bf16, ctx.threads, M, N, K, a.data(), {b.data()}, c.data());
   if (dnn) {
     peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = roof});
     peers.back().note = dnn->pd.impl_info_str();
@@ -193,7 +198,7 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   std::vector<bench::Record> peers;
 #ifdef OPTX_HAVE_ONEDNN
   std::unique_ptr<OnednnMatmul> dnn;
-  if (!i8) dnn = make_onednn(true, ctx.threads, M, N, K, a.data(), raw.data(), c.data(), copies);
+  if (!i8) dnn = make_onednn(true, ctx.threads, M, N, K, a.data(), std::vector<void*>(size_t(copies), raw.data()), c.data());
   if (dnn) {
     peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = bench::Roof::kMemory});
     peers.back().note = dnn->pd.impl_info_str();
@@ -203,33 +208,47 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   run_case(ctx, r, fns, peers, flops, wbytes);
 }
 
-// Decode against unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn):
-// the same bytes per call as the packed row, rotated over copies of the raw weights.
-void bench_gemv_unpacked(bench::Context& ctx, bool kn) {
-  const int64_t M = 1, N = 4096, K = 4096;
+// Unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn): decode (M = 1)
+// and a row count that packs each weight panel on the fly (M = 32), the same bytes per
+// call as the packed rows, rotated over copies of the raw weights. oneDNN beside [N, K]
+// reads the same plain copies (its primitive on the user's layout, no reorder).
+void bench_unpacked(bench::Context& ctx, int64_t M, bool kn) {
+  const int64_t N = 4096, K = 4096;
   const double wbytes = double(N * K) * 2;
   const int copies = int((int64_t(bench::dram_working_set()) + int64_t(wbytes) - 1) / int64_t(wbytes)) + 1;
   testing::Rng rng(6);
   std::vector<std::unique_ptr<bench::Buffer>> w;
+  std::vector<void*> raw;
   for (int i = 0; i < copies; ++i) {
     w.push_back(std::make_unique<bench::Buffer>(size_t(wbytes)));
     testing::fill_bf16(w.back()->as<uint16_t>(), N * K, rng);
+    raw.push_back(w.back()->data());
   }
   std::vector<uint16_t> a(size_t(M * K)), c(size_t(M * N));
   testing::fill_bf16(a.data(), M * K, rng);
   GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}),
-               .b = kn ? make_view(w[0]->data(), DType::kBF16, {K, N}) : make_view(w[0]->data(), DType::kBF16, {N, K}),
+               .b = kn ? make_view(raw[0], DType::kBF16, {K, N}) : make_view(raw[0], DType::kBF16, {N, K}),
                .c = make_view(c.data(), DType::kBF16, {M, N}), .b_kn = kn};
   std::vector<uint8_t> ws(gemm_workspace_size(p));
   size_t i = 0;
   bench::Record r{.op = "gemm", .case_ = shape_case("bf16", M, N, K) + " packed=0" + (kn ? " kn=1" : ""), .impl = "optx", .roof = bench::Roof::kMemory};
   r.note = std::to_string(copies) + " weight copies rotated, unpacked" + (kn ? " [K, N]" : "");
   r.peak_bytes = double(ws.size());
-  run_case(ctx, r, {[&] {
-             p.b.data = w[i++ % w.size()]->data();
-             bench::check(gemm(p, {ws.data(), ws.size()}));
-           }},
-           {}, 2.0 * M * N * K, wbytes);
+  std::vector<std::function<void()>> fns = {[&] {
+    p.b.data = raw[i++ % raw.size()];
+    bench::check(gemm(p, {ws.data(), ws.size()}));
+  }};
+  std::vector<bench::Record> peers;
+#ifdef OPTX_HAVE_ONEDNN
+  std::unique_ptr<OnednnMatmul> dnn;
+  if (!kn) dnn = make_onednn(true, ctx.threads, M, N, K, a.data(), raw, c.data(), true);
+  if (dnn) {
+    peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "onednn", .roof = bench::Roof::kMemory});
+    peers.back().note = dnn->pd.impl_info_str() + std::string(", plain weights");
+    fns.push_back(std::ref(*dnn));
+  }
+#endif
+  run_case(ctx, r, fns, peers, 2.0 * M * N * K, wbytes);
 }
 
 void bench_gemm(bench::Context& ctx) {
@@ -239,8 +258,9 @@ void bench_gemm(bench::Context& ctx) {
   bench_gemv(ctx, DType::kI8, 1);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 4);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
-  if (!ctx.quick) bench_gemv_unpacked(ctx, false);
-  if (!ctx.quick) bench_gemv_unpacked(ctx, true);
+  if (!ctx.quick) bench_unpacked(ctx, 1, false);
+  if (!ctx.quick) bench_unpacked(ctx, 1, true);
+  if (!ctx.quick) bench_unpacked(ctx, 32, false);
 }
 
 OPTX_REGISTER_BENCH("gemm", bench_gemm);
