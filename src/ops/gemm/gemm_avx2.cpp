@@ -459,13 +459,13 @@ void pack_f32_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc,
     // Eight B rows at a time along K (eight streams the prefetchers follow), not all 64
     // rows 8 elements at a time (64 streams 4 KiB apart, each line a demand miss): f32
     // M = 16 against unpacked 10944 x 2048 weights from DRAM, 2 threads, 10.2 -> 7.6-7.8 ms.
-    const int64_t kv_end = krows / 8 * 8;
+    if (ncols >= 8) kv = krows / 8 * 8;
     for (int64_t n = 0; n + 8 <= ncols; n += 8)
-      for (kv = 0; kv < kv_end; kv += 8) {
+      for (int64_t k8 = 0; k8 < kv; k8 += 8) {
         __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = simd::Avx2::load(src + (n0 + n + i) * sn + k0 + kv);
+        for (int i = 0; i < 8; ++i) x[i] = simd::Avx2::load(src + (n0 + n + i) * sn + k0 + k8);
         simd::Avx2::transpose8(x);
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(at(kv + i, n), x[i]);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(at(k8 + i, n), x[i]);
       }
     for (int64_t kk = 0; kk < kv; ++kk)  // those rows' partial 8-column group and zero columns
       for (int64_t n = ncols / 8 * 8; n < kNR; ++n) scalar(kk, n);
@@ -501,13 +501,13 @@ void pack_pairs_t(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t k
     }
   } else {
     nv = ncols / 8 * 8;
-    const int64_t pv_end = full / 8 * 8;  // eight B rows at a time along K, as pack_f32_t (bf16 M = 16: 5.1 -> 3.6-3.8 ms)
+    if (nv > 0) pv = full / 8 * 8;  // eight B rows at a time along K, as pack_f32_t (bf16 M = 16: 5.1 -> 3.6-3.8 ms)
     for (int64_t n = 0; n < nv; n += 8)
-      for (pv = 0; pv < pv_end; pv += 8) {
+      for (int64_t p8 = 0; p8 < pv; p8 += 8) {
         __m256 x[8];
-        for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + (n0 + n + i) * sn + k0 + 2 * pv));
+        for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + (n0 + n + i) * sn + k0 + 2 * p8));
         simd::Avx2::transpose8(x);
-        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(reinterpret_cast<float*>(at(pv + i, n)), x[i]);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(reinterpret_cast<float*>(at(p8 + i, n)), x[i]);
       }
   }
   auto scalar = [&](int64_t pr, int64_t n) {
