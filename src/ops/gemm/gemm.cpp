@@ -48,6 +48,7 @@ constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 
 // level.
 constexpr int64_t kPackChunkBytes = 256 << 10;
 constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kI8DpMinRows = 8;  // bf16 A x int8 B on the dot product from this many rows (run_blocked)
 constexpr int64_t kAmxMinRows = 4;
 
 int64_t b_rows_n(const GemmParams& p) {
@@ -73,7 +74,7 @@ struct Plan {
   int64_t k_even = 0;   // K rounded up to even: packed A is zero-padded to pairs
   bool amx = false;     // AMX blocks: mc in 32-row units, packed A padded to 16 rows and 32 k
   int64_t k32 = 0, lda_amx = 0;
-  size_t acc_off = 0, up_off = 0, bbuf_off = 0, wbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
+  size_t acc_off = 0, up_off = 0, bbuf_off = 0, wbuf_off = 0, pbuf_off = 0, scale_off = 0, apack_off = 0, per_thread = 0;  // up_off: SwiGLU
 };
 
 // Row counts whose K blocks run as 16-column strips over all row slices (KernelTable::
@@ -86,9 +87,10 @@ struct Plan {
 // +2% against the widening kernel's 6 + 1, so 7 rows stay there.
 inline bool strip_rows(DType bt, int64_t rows) { return rows >= 2 * kMR || (bt != DType::kF32 && rows >= kMR + 2); }
 
-// The workspace size does not depend on the implementation: packed A is sized as f32.
+// The workspace size does not depend on the implementation: packed A is sized as f32, or
+// as bf16 pairs for a dot-product kernel's plan (dp), whose chunks then hold twice the rows.
 // strips: the kernels run widened K blocks as 16-column strips (KernelTable::f32_strip).
-Plan make_plan(const GemmParams& p, bool amx, bool strips) {
+Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   Plan pl;
   pl.amx = amx;
   pl.M = p.a.sizes[0];
@@ -134,7 +136,12 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   } else if (pl.M <= kDecodeRows) {
     pl.mc = pl.mc_ws = std::max<int64_t>(pl.M, 1);
   } else {
-    int64_t mc = kL2Budget / std::max<int64_t>(pl.K * int64_t(sizeof(float)), 1);
+    // A chunk of bf16 pairs (dp) holds twice the f32 rows in the same L2 budget: each row
+    // chunk streams all of B (the row split), so half as many chunks read B half as often.
+    // bf16 N = 4096, 2 threads, alternating in one process: M = 256 K = 4096 / 7168 +9%,
+    // int8 weights M = 64 / 256 K = 4096 +14% / +11%, M >= 512 level.
+    const int64_t a_bytes = dp ? int64_t(sizeof(uint16_t)) : int64_t(sizeof(float));
+    int64_t mc = kL2Budget / std::max<int64_t>(pl.K * a_bytes, 1);
     mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
     pl.mc = std::min(balanced(mc, kMR), (pl.M + kMR - 1) / kMR * kMR);
     // All rows in one chunk where they fit and the panels split evenly enough: the threads
@@ -188,6 +195,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   // (strip_rows: more than kMR rows, so kc is a K block, not all of K).
   pl.wbuf_off = off;
   if (!amx && strips && strip_rows(bt, pl.M)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
+  // An int8 K block as bf16 pairs for the dot-product kernel (KernelTable::i8_pairs).
+  pl.pbuf_off = off;
+  if (!amx && bt == DType::kI8 && p.a.dtype == DType::kBF16) off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
@@ -195,7 +205,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips) {
   if (amx)
     off = align_up(off + size_t(pl.mc_ws) * size_t(pl.lda_amx) * sizeof(uint16_t));
   else
-    off = align_up(off + size_t((pl.mc_ws + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * sizeof(float));
+    off = align_up(off + size_t((pl.mc_ws + kMR - 1) / kMR * kMR) * size_t(pl.k_even) * size_t(dp ? sizeof(uint16_t) : sizeof(float)));
   pl.per_thread = off;
   return pl;
 }
@@ -230,6 +240,7 @@ bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t plan_workspace_bytes(const GemmParams& p) {
   size_t per = std::max(make_plan(p, false, false).per_thread, make_plan(p, false, true).per_thread);
+  if (p.a.dtype == DType::kBF16 && b_dtype(p) != DType::kF32) per = std::max(per, make_plan(p, false, false, true).per_thread);
   if (amx_eligible(p)) per = std::max(per, make_plan(p, true, false).per_thread);
   return per * size_t(std::max(1, num_threads())) + kAlign;
 }
@@ -389,6 +400,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   float* acc_up = reinterpret_cast<float*>(ws + pl.up_off);
   void* bbuf = ws + pl.bbuf_off;
   float* wbuf = reinterpret_cast<float*>(ws + pl.wbuf_off);
+  uint16_t* pbuf = reinterpret_cast<uint16_t*>(ws + pl.pbuf_off);
   float* sbuf = reinterpret_cast<float*>(ws + pl.scale_off);
   void* apack = ws + pl.apack_off;
   const DType bt = b_dtype(p);
@@ -410,7 +422,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   // direct-to-C last block: 2048^3 kc 256 405-410 GFLOP/s, 1024 393-423, 2048 426-435;
   // K = 7168 all of 256-4096 within 424-439. An unpacked B keeps pl.kc (its per-block
   // pack buffer is sized for it).
-  const int64_t kblock = use_dp && p.packed_b ? std::max(pl.kc, kDpKc) : pl.kc;
+  const bool i8_dp = use_dp && bt == DType::kI8;  // int8 blocks become bf16 pairs in pbuf, pl.kc rows at a time
+  const int64_t kblock = use_dp && p.packed_b && !i8_dp ? std::max(pl.kc, kDpKc) : pl.kc;
   // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, bf16 B in strips, or
   // bf16 x bf16 on the dot-product kernel):
   // the last K block stores whole panels straight into C, without the scratch round trip
@@ -419,7 +432,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const bool identity = !pl.swiglu && p.c.dtype == DType::kF32 && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
   auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> float* {
     const bool kernel_stores =
-        use_dp || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
+        (use_dp && !i8_dp) || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
     if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
     return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
   };
@@ -565,11 +578,16 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           }
           continue;
         }
+        const void* dp_b = bp;
+        if (i8_dp) {
+          kt.i8_pairs(static_cast<const int8_t*>(bp), kcur, pbuf);
+          dp_b = pbuf;
+        }
         for (int sv = 0; sv < sl.count; ++sv) {
           const int ir = sl.first(sv), m = sl.rows(sv);
           const Prefetch pf = l2_share(sv, sl.count, sv == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, to_c ? c_out + ir * ldc : dst + ir * kNR,
+            kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf, to_c ? c_out + ir * ldc : dst + ir * kNR,
                       to_c ? ldc : kNR);
           else if (to_c)
             kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
@@ -780,9 +798,19 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr);
+  const int64_t M = p.a.sizes[0];
+  // bf16 A times int8 weights on the dot product (KernelTable::i8_pairs) from kI8DpMinRows
+  // rows: each K block is widened to bf16 pairs once for all the chunk's row slices, where
+  // the FMA kernel widens every int8 to f32 and runs at the FMA's rate, half the dot
+  // product's. N = 4096 / 10944, K = 2048, 2 threads, alternating in one process: M = 8
+  // 0.71 -> 0.52 / 1.89 -> 1.62 ms, 16 1.23 -> 0.76 / 3.63 -> 2.36, 64 4.92 -> 2.72, 1024
+  // 81.8 -> 44.5 (210 -> 386 GFLOP/s). Below, one slice amortises nothing and the FMA
+  // kernel's stream of int8 rows is faster from DRAM (M = 4-6, N = 10944: 1.0-1.2 against
+  // 1.6-1.7 ms). The choice is per call, so every row chunk rounds alike.
+  const bool i8_dp = kt.i8_pairs && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kI8 && M >= kI8DpMinRows;
+  const bool use_dp = !use_amx && kt.bf16dp && p.a.dtype == DType::kBF16 && (b_dtype(p) == DType::kBF16 || i8_dp);
+  const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr, use_dp);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
-  const bool use_dp = kt.bf16dp && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kBF16;
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   // Work claimed as the threads go (ThreadRange): row chunks in the row split; in the
   // panel split only where a thread's next panel does not matter — the decode kernels, and

@@ -16,7 +16,8 @@ const KernelTable& kernels_avx512_bf16() {
                                                           .gemv2_i8b = {avx512_bf16::gemv2_i8b<2>, avx512_bf16::gemv2_i8b<3>},
                                                           .f32b_out = avx512_bf16::kern_f32_out,
                                                           .f32_rows_out = avx512_bf16::kern_f32_rows,
-                                                          .pack_a_pairs = avx512_bf16::pack_a_pairs});
+                                                          .pack_a_pairs = avx512_bf16::pack_a_pairs,
+                                                          .i8_pairs = avx512_bf16::i8_pairs});
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -263,6 +263,24 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   return full;
 }
 
+// KernelTable::i8_pairs. An int8 value is exact in f32 and its bf16 is the f32's top half:
+// row 2p's in the low half of each dword (shifted down), row 2p + 1's in the high half (a
+// 16-bit masked move keeps it in place).
+[[maybe_unused]] void i8_pairs(const int8_t* b, int64_t kc, uint16_t* dst) {
+  const auto widen = [](const int8_t* x) { return _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))))); };
+  for (int64_t p = 0; p < (kc + 1) / 2; ++p) {
+    const int8_t* r0 = b + 2 * p * kNR;
+    // A last odd row pairs with zero: A's pad makes the product 0 anyway, but the row
+    // past the block may be past the panel's buffer.
+    const bool two = 2 * p + 1 < kc;
+    for (int i = 0; i < kNR / 16; ++i) {
+      const __m512i lo = _mm512_srli_epi32(widen(r0 + 16 * i), 16);
+      const __m512i pr = two ? _mm512_mask_mov_epi16(lo, 0xAAAAAAAA, widen(r0 + kNR + 16 * i)) : lo;
+      _mm512_store_si512(dst + (p * kNR + 16 * i) * 2, pr);
+    }
+  }
+}
+
 [[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
                                   const Prefetch& pf, float* c, int64_t ldc) {
   const bool stream = pf.stream;

@@ -162,6 +162,10 @@ struct KernelTable {
   // bytes; other dtypes or strides: returns false and writes nothing.
   bool (*pack_panel_fast)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, void* dst) = nullptr;
   PackAPairsFn pack_a_pairs = nullptr;  // optional, with bf16dp
+  // Optional, with bf16dp: an int8 K block of a panel ([kc][64], row stride 64) as the bf16
+  // pairs [ceil(kc/2)][64][2] bf16dp reads (a missing odd row zero). Every int8 is exact
+  // in bf16, so bf16 A times int8 B runs on the dot product at the bf16 path's rounding.
+  void (*i8_pairs)(const int8_t* b, int64_t kc, uint16_t* dst) = nullptr;
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is
