@@ -2,8 +2,9 @@
 //
 // Compute-bound cases (M = N = K = 2048) are judged against the FMA / bf16-dot peaks;
 // decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only; M = 4
-// (speculative or small-batch decode) and 16 (MoE experts at prefill) on the same weights
-// against the larger of that transfer and their FLOPs at the peak. GEMV weights
+// (speculative or small-batch decode), 16 (MoE experts at prefill) and 256 (prefill; int8
+// weights on the dot product beside bf16 ones) on the same weights against the larger of
+// that transfer and their FLOPs at the peak. GEMV weights
 // rotate among enough packed copies to span bench::dram_working_set() (twice the LLC), so
 // they stream from DRAM rather than from a (virtualised, here 300 MiB) last-level cache.
 #include <algorithm>
@@ -258,6 +259,8 @@ void bench_gemm(bench::Context& ctx) {
   bench_gemv(ctx, DType::kI8, 1);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 4);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
+  if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 256);
+  if (!ctx.quick) bench_gemv(ctx, DType::kI8, 256);
   if (!ctx.quick) bench_unpacked(ctx, 1, false);
   if (!ctx.quick) bench_unpacked(ctx, 1, true);
   if (!ctx.quick) bench_unpacked(ctx, 32, false);
