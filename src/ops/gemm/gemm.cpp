@@ -197,7 +197,8 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   if (!amx && strips && strip_rows(bt, pl.M)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
   // An int8 K block as bf16 pairs for the dot-product kernel (KernelTable::i8_pairs).
   pl.pbuf_off = off;
-  if (!amx && bt == DType::kI8 && p.a.dtype == DType::kBF16) off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
+  if (!amx && bt == DType::kI8 && p.a.dtype == DType::kBF16 && pl.M >= kI8DpMinRows)
+    off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
