@@ -350,16 +350,24 @@ TEST_P(GemmThreads, DeterministicAndThreadCountIndependentOnSelectedIsa) {
   std::vector<float> af(M * K), bf(N * K);
   for (int64_t i = 0; i < M * K; ++i) af[i] = bf16_to_f32(a[i]);
   for (int64_t i = 0; i < N * K; ++i) bf[i] = bf16_to_f32(b[i]);
-  // bf16 weights, and f32 weights in the strip layout (two K blocks).
-  for (DType dt : {DType::kBF16, DType::kF32}) {
+  std::vector<int8_t> q(N * K);
+  std::vector<float> scales(N);
+  testing::fill_i8(q.data(), N * K, rng);
+  testing::fill_f32(scales.data(), N, rng, 0.001f, 0.01f);
+  // bf16 weights, f32 weights in the strip layout (two K blocks), and int8 weights with
+  // bf16 A (the dot-product path from kI8DpMinRows rows, whose chunks also change with T).
+  for (DType dt : {DType::kBF16, DType::kF32, DType::kI8}) {
     PackedWeights pw;
-    const void* w = dt == DType::kBF16 ? static_cast<const void*>(b.data()) : bf.data();
+    const void* w = dt == DType::kBF16 ? static_cast<const void*>(b.data()) : dt == DType::kI8 ? static_cast<const void*>(q.data()) : bf.data();
     const PackLayout layout = dt == DType::kF32 ? PackLayout::kStrips : PackLayout::kAuto;
-    ASSERT_TRUE(pack_weights({.w = make_view(const_cast<void*>(w), dt, {N, K}), .layout = layout}, &pw).ok());
+    ASSERT_TRUE(pack_weights({.w = make_view(const_cast<void*>(w), dt, {N, K}),
+                              .scales = dt == DType::kI8 ? make_view(scales.data(), DType::kF32, {N}) : TensorView{}, .layout = layout},
+                             &pw)
+                    .ok());
     auto run = [&](int threads) {
       set_num_threads(threads);
       std::vector<float> c(M * N);
-      GemmParams p{.a = dt == DType::kBF16 ? make_view(a.data(), dt, {M, K}) : make_view(af.data(), dt, {M, K}),
+      GemmParams p{.a = dt == DType::kF32 ? make_view(af.data(), dt, {M, K}) : make_view(a.data(), DType::kBF16, {M, K}),
                    .packed_b = &pw[0],
                    .c = make_view(c.data(), DType::kF32, {M, N})};
       std::vector<uint8_t> ws(gemm_workspace_size(p));
