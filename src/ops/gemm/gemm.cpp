@@ -737,7 +737,10 @@ GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
 // in 2000 MoE gate/up weights, 2816 x 2048, two threads: 6 rows 27.5 -> 17.5 GB/s, 16 rows
 // 16.4 -> 8.1), and vdpbf16ps / AMX treat them as zero by definition, so every
 // implementation agrees on such weights. f32 and int8 weights keep IEEE denormals (int8
-// codes are never denormal).
+// codes are never denormal), except where int8 weights run on vdpbf16ps (bf16 A from
+// kI8DpMinRows rows on the AVX512_BF16 unit): it reads denormal A values, and writes
+// denormal sums, as zero whatever MXCSR says. Such activations (below 1.2e-38) change an
+// output by less than their own size.
 bool bf16_daz(const GemmParams& p) { return b_dtype(p) == DType::kBF16; }
 
 void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv) {
