@@ -739,8 +739,7 @@ GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
 // implementation agrees on such weights. f32 and int8 weights keep IEEE denormals (int8
 // codes are never denormal), except where int8 weights run on vdpbf16ps (bf16 A from
 // kI8DpMinRows rows on the AVX512_BF16 unit): it reads denormal A values, and writes
-// denormal sums, as zero whatever MXCSR says. Such activations (below 1.2e-38) change an
-// output by less than their own size.
+// denormal sums, as zero whatever MXCSR says (such values are below 1.2e-38 in magnitude).
 bool bf16_daz(const GemmParams& p) { return b_dtype(p) == DType::kBF16; }
 
 void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv) {
