@@ -48,7 +48,7 @@ constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 
 // level.
 constexpr int64_t kPackChunkBytes = 256 << 10;
 constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kI8DpMinRows = 8;  // bf16 A x int8 B on the dot product from this many rows (run_blocked)
+constexpr int64_t kI8DpMinRows = 8;  // bf16 A x int8 B on the dot product from this many rows (dp_shape)
 constexpr int64_t kAmxMinRows = 4;
 
 int64_t b_rows_n(const GemmParams& p) {
@@ -56,6 +56,13 @@ int64_t b_rows_n(const GemmParams& p) {
   return p.b_kn ? p.b.sizes[1] : p.b.sizes[0];
 }
 DType b_dtype(const GemmParams& p) { return p.packed_b ? p.packed_b->dtype : p.b.dtype; }
+
+// The calls a unit with a dot-product kernel runs on it: bf16 A times bf16 B, or times
+// int8 B from kI8DpMinRows rows (each int8 K block widened to bf16 pairs; see run_blocked).
+bool dp_shape(const GemmParams& p) {
+  const DType bt = b_dtype(p);
+  return p.a.dtype == DType::kBF16 && (bt == DType::kBF16 || (bt == DType::kI8 && p.a.sizes[0] >= kI8DpMinRows));
+}
 
 // Sizes, strides and extent (check_view); data is checked by validate where the call
 // needs it — the workspace query does not.
@@ -197,8 +204,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   if (!amx && strips && strip_rows(bt, pl.M)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
   // An int8 K block as bf16 pairs for the dot-product kernel (KernelTable::i8_pairs).
   pl.pbuf_off = off;
-  if (!amx && bt == DType::kI8 && p.a.dtype == DType::kBF16 && pl.M >= kI8DpMinRows)
-    off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
+  if (!amx && bt == DType::kI8 && dp_shape(p)) off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
   pl.scale_off = off;
   off = align_up(off + kNR * sizeof(float));
   pl.k_even = (pl.K + 1) / 2 * 2;
@@ -241,7 +247,7 @@ bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t plan_workspace_bytes(const GemmParams& p) {
   size_t per = std::max(make_plan(p, false, false).per_thread, make_plan(p, false, true).per_thread);
-  if (p.a.dtype == DType::kBF16 && b_dtype(p) != DType::kF32) per = std::max(per, make_plan(p, false, false, true).per_thread);
+  if (dp_shape(p)) per = std::max(per, make_plan(p, false, false, true).per_thread);
   if (amx_eligible(p)) per = std::max(per, make_plan(p, true, false).per_thread);
   return per * size_t(std::max(1, num_threads())) + kAlign;
 }
@@ -801,7 +807,6 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  const int64_t M = p.a.sizes[0];
   // bf16 A times int8 weights on the dot product (KernelTable::i8_pairs) from kI8DpMinRows
   // rows: each K block is widened to bf16 pairs once for all the chunk's row slices, where
   // the FMA kernel widens every int8 to f32 and runs at the FMA's rate, half the dot
@@ -810,8 +815,7 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
   // 81.8 -> 44.5 (210 -> 386 GFLOP/s). Below, one slice amortises nothing and the FMA
   // kernel's stream of int8 rows is faster from DRAM (M = 4-6, N = 10944: 1.0-1.2 against
   // 1.6-1.7 ms). The choice is per call, so every row chunk rounds alike.
-  const bool i8_dp = kt.i8_pairs && p.a.dtype == DType::kBF16 && b_dtype(p) == DType::kI8 && M >= kI8DpMinRows;
-  const bool use_dp = !use_amx && kt.bf16dp && p.a.dtype == DType::kBF16 && (b_dtype(p) == DType::kBF16 || i8_dp);
+  const bool use_dp = !use_amx && kt.bf16dp && dp_shape(p) && (b_dtype(p) == DType::kBF16 || kt.i8_pairs);
   const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr, use_dp);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
