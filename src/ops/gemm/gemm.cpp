@@ -48,6 +48,7 @@ constexpr int64_t kL2Budget = 1 << 20;  // bytes of a packed A chunk: half of a 
 // level.
 constexpr int64_t kPackChunkBytes = 256 << 10;
 constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kUnpackedOneChunk = 3;  // make_plan: the panel split's row limit for unpacked B, in L2 chunks
 constexpr int64_t kI8DpMinRows = 8;  // bf16 A x int8 B on the dot product from this many rows (dp_shape)
 constexpr int64_t kAmxMinRows = 4;
 
@@ -159,8 +160,20 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // +10-19% / +11-12%, f32 +11-12%; unpacked bf16 M = 64 +31-44%, f32 M = 32 / 64 +35%
     // / +29%. Balancing the row split needs a multiple of T chunks, which is why this is
     // only for one chunk.
-    if (pl.M <= mc && pl.out_panels >= 4 * T) pl.mc = (pl.M + kMR - 1) / kMR * kMR;
-    pl.mc_ws = std::min(mc, (pl.M + kMR - 1) / kMR * kMR);
+    // An unpacked B takes the panel split up to kUnpackedOneChunk times the L2 budget's
+    // rows: A then streams from L3 beside each panel's packed K chunk, 64 flops per byte
+    // of A (3.6 GB/s per core at the dot product's rate), where the row split would pack
+    // all of B into the workspace first, a serial pass that writes it back to DRAM and
+    // reads it again per row chunk. N = 4096, K = 4096, 2 threads, alternating in one
+    // process: bf16 M = 128 / 160 / 192 / 256 +17 / +15 / +7 / +7%, f32 M = 64 / 100 /
+    // 150 +36 / +24 / +27%; M = 384 / 512 level (the A packing each thread repeats then
+    // costs what the row split's pass did). Packed weights gain nothing from it (±3%).
+    // The buffers stay sized for that many rows past it, so the workspace never shrinks
+    // as M grows.
+    const int64_t m_up = (pl.M + kMR - 1) / kMR * kMR;
+    const int64_t one_chunk_max = p.packed_b ? mc : kUnpackedOneChunk * mc;
+    if (pl.M <= one_chunk_max && pl.out_panels >= 4 * T) pl.mc = m_up;
+    pl.mc_ws = std::min(one_chunk_max, m_up);
   }
   pl.n_ic = (pl.M + pl.mc - 1) / pl.mc;
 
@@ -235,8 +248,9 @@ constexpr int64_t kPackOnceMaxBytes = int64_t(64) << 20;
 
 // f32 is viewed in the strip layout: the workspace is sized for it whatever the kernels
 // (run_blocked packs panels where they do not run strips).
-bool pack_once_view(const GemmParams& p, bool amx, PackedMatrix* m) {
-  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx, false).n_ic < 2) return false;
+bool pack_once_view(const GemmParams& p, bool amx, bool dp, PackedMatrix* m) {
+  if (p.packed_b || (p.b.dtype != DType::kF32 && p.b.dtype != DType::kBF16) || make_plan(p, amx, false, dp).n_ic < 2)
+    return false;
   *m = packed_layout(p.b.dtype, b_rows_n(p), p.a.sizes[1], p.b.dtype == DType::kF32 ? kStripKc : 0);
   return m->n_panels() * m->panel_bytes <= kPackOnceMaxBytes;
 }
@@ -254,7 +268,10 @@ size_t plan_workspace_bytes(const GemmParams& p) {
 
 size_t workspace_bytes(const GemmParams& p) {
   PackedMatrix m;
-  if (!pack_once_view(p, false, &m) && !(amx_eligible(p) && pack_once_view(p, true, &m))) return plan_workspace_bytes(p);
+  // Whichever plan the implementation that runs makes: FMA, dot product or AMX.
+  if (!pack_once_view(p, false, false, &m) && !(dp_shape(p) && pack_once_view(p, false, true, &m)) &&
+      !(amx_eligible(p) && pack_once_view(p, true, false, &m)))
+    return plan_workspace_bytes(p);
   GemmParams q = p;
   q.b = {};
   q.packed_b = &m;
@@ -782,8 +799,17 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     return Status::Ok();
   }
   const bool use_amx = kt.amx_block && amx_eligible(p);
+  // bf16 A times int8 weights on the dot product (KernelTable::i8_pairs) from kI8DpMinRows
+  // rows: each K block is widened to bf16 pairs once for all the chunk's row slices, where
+  // the FMA kernel widens every int8 to f32 and runs at the FMA's rate, half the dot
+  // product's. N = 4096 / 10944, K = 2048, 2 threads, alternating in one process: M = 8
+  // 0.71 -> 0.52 / 1.89 -> 1.62 ms, 16 1.23 -> 0.76 / 3.63 -> 2.36, 64 4.92 -> 2.72, 1024
+  // 81.8 -> 44.5 (210 -> 386 GFLOP/s). Below, one slice amortises nothing and the FMA
+  // kernel's stream of int8 rows is faster from DRAM (M = 4-6, N = 10944: 1.0-1.2 against
+  // 1.6-1.7 ms). The choice is per call, so every row chunk rounds alike.
+  const bool use_dp = !use_amx && kt.bf16dp && dp_shape(p) && (b_dtype(p) == DType::kBF16 || kt.i8_pairs);
   PackedMatrix m;
-  if (pack_once_view(p, use_amx, &m)) {
+  if (pack_once_view(p, use_amx, use_dp, &m)) {
     uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
     m.data = base;
     const int64_t np = m.n_panels();
@@ -807,15 +833,6 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  // bf16 A times int8 weights on the dot product (KernelTable::i8_pairs) from kI8DpMinRows
-  // rows: each K block is widened to bf16 pairs once for all the chunk's row slices, where
-  // the FMA kernel widens every int8 to f32 and runs at the FMA's rate, half the dot
-  // product's. N = 4096 / 10944, K = 2048, 2 threads, alternating in one process: M = 8
-  // 0.71 -> 0.52 / 1.89 -> 1.62 ms, 16 1.23 -> 0.76 / 3.63 -> 2.36, 64 4.92 -> 2.72, 1024
-  // 81.8 -> 44.5 (210 -> 386 GFLOP/s). Below, one slice amortises nothing and the FMA
-  // kernel's stream of int8 rows is faster from DRAM (M = 4-6, N = 10944: 1.0-1.2 against
-  // 1.6-1.7 ms). The choice is per call, so every row chunk rounds alike.
-  const bool use_dp = !use_amx && kt.bf16dp && dp_shape(p) && (b_dtype(p) == DType::kBF16 || kt.i8_pairs);
   const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr, use_dp);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));

@@ -210,7 +210,8 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
 }
 
 // Unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn): decode (M = 1)
-// and a row count that packs each weight panel on the fly (M = 32), the same bytes per
+// and row counts that pack each weight panel on the fly (M = 32 within one L2 chunk of
+// A, M = 128 past it: make_plan's kUnpackedOneChunk), the same bytes per
 // call as the packed rows, rotated over copies of the raw weights. oneDNN beside [N, K]
 // reads the same plain copies (its primitive on the user's layout, no reorder).
 void bench_unpacked(bench::Context& ctx, int64_t M, bool kn) {
@@ -264,6 +265,7 @@ void bench_gemm(bench::Context& ctx) {
   if (!ctx.quick) bench_unpacked(ctx, 1, false);
   if (!ctx.quick) bench_unpacked(ctx, 1, true);
   if (!ctx.quick) bench_unpacked(ctx, 32, false);
+  if (!ctx.quick) bench_unpacked(ctx, 128, false);
 }
 
 OPTX_REGISTER_BENCH("gemm", bench_gemm);

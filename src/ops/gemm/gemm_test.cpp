@@ -145,8 +145,9 @@ std::vector<Case> edge_cases() {
       }
   // Unpacked B packed a chunk of K blocks at a time (256 KiB of a panel: 2048 bf16 K rows,
   // 1024 f32 ones at kc = 128), K past two chunks with an odd tail; rows that fit one
-  // chunk split N over the threads (40 rows over 9 panels), with beta and bias.
-  for (auto [M, N, K] : {std::tuple{17, 130, 2 * 2048 + 37}, {40, 520, 1024 + 129}})
+  // chunk split N over the threads (40 rows over 9 panels), and so do rows past the L2
+  // budget's chunk (200 > 192 rows: kUnpackedOneChunk), with beta and bias.
+  for (auto [M, N, K] : {std::tuple{17, 130, 2 * 2048 + 37}, {40, 520, 1024 + 129}, {200, 520, 129}})
     for (bool kn : {false, true})
       for (DType bt : {DType::kF32, DType::kBF16}) {
         Case c;
@@ -463,9 +464,10 @@ TEST(Gemm, NoHeapAllocationInsideACall) {
 TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
   for (int threads : {1, 2, 3})
     for (DType dt : {DType::kF32, DType::kBF16})
-      for (int64_t K : {37, 2048}) {
+      for (auto [N, K] : {std::pair<int64_t, int64_t>{128, 37}, {128, 2048}, {520, 37}, {520, 2048}}) {
+        // 520 columns (9 panels): unpacked B splits them over the threads up to three L2
+        // chunks of rows (kUnpackedOneChunk), then packs once.
         set_num_threads(threads);
-        const int64_t N = 128;
         std::vector<uint8_t> b(size_t(N * K) * dtype_size(dt));
         PackedWeights pw;
         ASSERT_TRUE(pack_weights({.w = make_view(b.data(), dt, {N, K})}, &pw).ok());
@@ -477,7 +479,7 @@ TEST(Gemm, WorkspaceGrowsMonotonicallyWithM) {
             if (packed) p.packed_b = &pw[0];
             else p.b = make_view(b.data(), dt, {N, K});
             const size_t ws = gemm_workspace_size(p);
-            ASSERT_GE(ws, prev) << dtype_name(dt) << " K=" << K << " threads=" << threads << " M=" << M << " packed=" << packed;
+            ASSERT_GE(ws, prev) << dtype_name(dt) << " N=" << N << " K=" << K << " threads=" << threads << " M=" << M << " packed=" << packed;
             // The size is a function of the shapes alone: the same without any data.
             GemmParams shapes = p;
             shapes.a.data = shapes.c.data = shapes.b.data = nullptr;
