@@ -3,8 +3,15 @@
 #include "ops/gemm/gemm_avx512_inl.h"
 
 namespace optx::gemm_detail {
+namespace {
+KernelTable with_dp_gemv_rows(KernelTable t) {
+  t.gemv_rows = avx512_bf16::gemv_rows_dp;
+  return t;
+}
+}  // namespace
+
 const KernelTable& kernels_avx512_bf16() {
-  static const KernelTable t = with_avx2_unpacked_paths({.f32b = avx512_bf16::kern_f32,
+  static const KernelTable t = with_dp_gemv_rows(with_avx2_unpacked_paths({.f32b = avx512_bf16::kern_f32,
                                                           .bf16b = avx512_bf16::kern_bf16b,
                                                           .i8b = avx512_bf16::kern_i8b,
                                                           .bf16dp = avx512_bf16::kern_bf16dp,
@@ -17,7 +24,7 @@ const KernelTable& kernels_avx512_bf16() {
                                                           .f32b_out = avx512_bf16::kern_f32_out,
                                                           .f32_rows_out = avx512_bf16::kern_f32_rows,
                                                           .pack_a_pairs = avx512_bf16::pack_a_pairs,
-                                                          .i8_pairs = avx512_bf16::i8_pairs});
+                                                          .i8_pairs = avx512_bf16::i8_pairs}));
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -209,8 +209,8 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
   run_case(ctx, r, fns, peers, flops, wbytes);
 }
 
-// Unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn): decode (M = 1)
-// and row counts that pack each weight panel on the fly (M = 32 within one L2 chunk of
+// Unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn): decode (M = 1;
+// M = 8, the most rows the row-dot-product kernels take) and row counts that pack each weight panel on the fly (M = 32 within one L2 chunk of
 // A, M = 128 past it: make_plan's kUnpackedOneChunk), the same bytes per
 // call as the packed rows, rotated over copies of the raw weights. oneDNN beside [N, K]
 // reads the same plain copies (its primitive on the user's layout, no reorder).
@@ -264,6 +264,7 @@ void bench_gemm(bench::Context& ctx) {
   if (!ctx.quick) bench_gemv(ctx, DType::kI8, 256);
   if (!ctx.quick) bench_unpacked(ctx, 1, false);
   if (!ctx.quick) bench_unpacked(ctx, 1, true);
+  if (!ctx.quick) bench_unpacked(ctx, 8, false);
   if (!ctx.quick) bench_unpacked(ctx, 32, false);
   if (!ctx.quick) bench_unpacked(ctx, 128, false);
 }
