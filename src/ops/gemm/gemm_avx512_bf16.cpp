@@ -3,15 +3,8 @@
 #include "ops/gemm/gemm_avx512_inl.h"
 
 namespace optx::gemm_detail {
-namespace {
-KernelTable with_dp_gemv_rows(KernelTable t) {
-  t.gemv_rows = avx512_bf16::gemv_rows_dp;
-  return t;
-}
-}  // namespace
-
 const KernelTable& kernels_avx512_bf16() {
-  static const KernelTable t = with_dp_gemv_rows(with_avx2_unpacked_paths({.f32b = avx512_bf16::kern_f32,
+  static const KernelTable t = with_avx2_unpacked_paths({.f32b = avx512_bf16::kern_f32,
                                                           .bf16b = avx512_bf16::kern_bf16b,
                                                           .i8b = avx512_bf16::kern_i8b,
                                                           .bf16dp = avx512_bf16::kern_bf16dp,
@@ -23,8 +16,9 @@ const KernelTable& kernels_avx512_bf16() {
                                                           .gemv2_i8b = {avx512_bf16::gemv2_i8b<2>, avx512_bf16::gemv2_i8b<3>},
                                                           .f32b_out = avx512_bf16::kern_f32_out,
                                                           .f32_rows_out = avx512_bf16::kern_f32_rows,
+                                                          .gemv_rows = avx512_bf16::gemv_rows,
                                                           .pack_a_pairs = avx512_bf16::pack_a_pairs,
-                                                          .i8_pairs = avx512_bf16::i8_pairs}));
+                                                          .i8_pairs = avx512_bf16::i8_pairs});
   return t;
 }
 }  // namespace optx::gemm_detail

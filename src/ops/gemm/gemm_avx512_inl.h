@@ -287,47 +287,73 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf, c, ldc)
 }
 
-// Unpacked bf16 B [N, K] against 1-8 bf16 rows of A (KernelTable::gemv_rows): each output
-// a row dot product, 32 k at a time on vdpbf16ps, straight from A's and B's rows. The AVX2
-// gemv_rows widens every A and B element to f32 (two ops per 8) beside its FMAs, and from
-// four rows it ran compute-bound. M x NB accumulators, NB B rows loaded per step and each
-// A row once against all of them; K's tail is a masked load of both (zero pairs add 0).
+#endif
+
+// Unpacked B [N, K] against 1-8 rows of A of its dtype (KernelTable::gemv_rows): each output
+// a row dot product straight from A's and B's rows, Op::kStep k per instruction (f32: 16
+// per FMA; bf16: 32 per vdpbf16ps), K's tail as masked loads of both (zero lanes add 0).
+// The AVX2 gemv_rows this replaces widens bf16 (two ops per 8 elements) beside 8-lane
+// FMAs and ran compute-bound from 4 rows (bf16 M = 8: 22% of the dot peak); from 5 rows
+// it loads each A row once per B row (f32 M = 5-7 from DRAM 1.4-2x slower than this).
+// M x NB accumulators, NB B rows loaded per step and each A row once against all of them.
 // l2_ahead: the call's next NB rows go into L2 a line per row per step, as in AVX2's.
-template <int M, int NB>
-OPTX_ALWAYS_INLINE void gemv_rows_dp_step(__m512 (&c)[M][NB], const uint16_t* a, int64_t lda, const uint16_t* const (&b)[NB],
-                                          int64_t k, __mmask32 mask) {
-  __m512bh bv[NB];
+struct FmaF32 {
+  using T = float;
+  static constexpr int kStep = 16;
+  using Mask = __mmask16;
+  using Vec = __m512;
+  static Vec load(Mask m, const T* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static __m512 madd(__m512 c, Vec a, Vec b) { return _mm512_fmadd_ps(a, b, c); }
+};
+#ifdef __AVX512BF16__
+struct DpBf16 {
+  using T = uint16_t;
+  static constexpr int kStep = 32;
+  using Mask = __mmask32;
+  using Vec = __m512bh;
+  static Vec load(Mask m, const T* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
+  static __m512 madd(__m512 c, Vec a, Vec b) { return _mm512_dpbf16_ps(c, a, b); }
+};
+#endif
+
+template <class Op, int M, int NB>
+OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::T* a, int64_t lda,
+                                       const typename Op::T* const (&b)[NB], int64_t k, typename Op::Mask mask) {
+  typename Op::Vec bv[NB];
 #pragma GCC unroll 8
-  for (int j = 0; j < NB; ++j) bv[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask, b[j] + k);
+  for (int j = 0; j < NB; ++j) bv[j] = Op::load(mask, b[j] + k);
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
-    const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(mask, a + r * lda + k);
+    const typename Op::Vec av = Op::load(mask, a + r * lda + k);
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) c[r][j] = _mm512_dpbf16_ps(c[r][j], av, bv[j]);
+    for (int j = 0; j < NB; ++j) c[r][j] = Op::madd(c[r][j], av, bv[j]);
   }
 }
 
-template <int M, int NB, bool kAhead>
-void gemv_rows_dp_pass(const GemvRowsArgs& g) {
-  const uint16_t* a = static_cast<const uint16_t*>(g.a);
-  const int64_t K32 = g.K / 32 * 32;
-  const __mmask32 tail = __mmask32((uint64_t(1) << (g.K - K32)) - 1);
+template <class Op, int M, int NB, bool kAhead>
+void gemv_rows_pass(const GemvRowsArgs& g) {
+  using T = typename Op::T;
+  using Mask = typename Op::Mask;
+  const T* a = static_cast<const T*>(g.a);
+  const int64_t Kv = g.K / Op::kStep * Op::kStep;
+  const Mask tail = Mask((uint64_t(1) << (g.K - Kv)) - 1);
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
     const int nb = std::min(NB, g.nb - n0);
-    const uint16_t* b[NB];
-    for (int j = 0; j < NB; ++j) b[j] = static_cast<const uint16_t*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
+    const T* b[NB];
+    for (int j = 0; j < NB; ++j) b[j] = static_cast<const T*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
     const int ahead = kAhead ? std::clamp(g.nb - n0 - NB, 0, NB) : 0;  // next rows inside this call
     __m512 c[M][NB];
 #pragma GCC unroll 8
     for (auto& row : c)
 #pragma GCC unroll 8
       for (auto& x : row) x = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K32; k += 32) {
+    for (int64_t k = 0; k < Kv; k += Op::kStep) {
+      static_assert(Op::kStep * sizeof(T) == 64, "a step reads one line of each row");
       if constexpr (kAhead)
         for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
-      gemv_rows_dp_step<M, NB>(c, a, g.lda, b, k, ~__mmask32(0));
+      gemv_rows_step<Op, M, NB>(c, a, g.lda, b, k, Mask(~Mask(0)));
     }
-    if (tail) gemv_rows_dp_step<M, NB>(c, a, g.lda, b, K32, tail);
+    if (tail) gemv_rows_step<Op, M, NB>(c, a, g.lda, b, Kv, tail);
     // Constant bounds, so c stays in registers (an index bound by nb spills it every step).
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r)
@@ -337,27 +363,35 @@ void gemv_rows_dp_pass(const GemvRowsArgs& g) {
   }
 }
 
-template <int M, int NB>
-void gemv_rows_dp_t(const GemvRowsArgs& g) {
-  if (g.l2_ahead) gemv_rows_dp_pass<M, NB, true>(g);
-  else gemv_rows_dp_pass<M, NB, false>(g);
+template <class Op, int M, int NB>
+void gemv_rows_t(const GemvRowsArgs& g) {
+  if (g.l2_ahead) gemv_rows_pass<Op, M, NB, true>(g);
+  else gemv_rows_pass<Op, M, NB, false>(g);
 }
 
-// Other dtype pairings take the AVX2 unit's kernel.
-[[maybe_unused]] void gemv_rows_dp(const GemvRowsArgs& g) {
-  if (g.a_dtype != DType::kBF16 || g.b_dtype != DType::kBF16) return kernels_avx2().gemv_rows(g);
+// 1-6 rows against 4 B rows, 7-8 against 3 (<= 24 accumulators).
+template <class Op>
+void gemv_rows_m(const GemvRowsArgs& g) {
   switch (g.m) {
-    case 1: return gemv_rows_dp_t<1, 4>(g);
-    case 2: return gemv_rows_dp_t<2, 4>(g);
-    case 3: return gemv_rows_dp_t<3, 4>(g);
-    case 4: return gemv_rows_dp_t<4, 4>(g);
-    case 5: return gemv_rows_dp_t<5, 4>(g);
-    case 6: return gemv_rows_dp_t<6, 4>(g);
-    case 7: return gemv_rows_dp_t<7, 3>(g);
-    default: return gemv_rows_dp_t<8, 3>(g);
+    case 1: return gemv_rows_t<Op, 1, 4>(g);
+    case 2: return gemv_rows_t<Op, 2, 4>(g);
+    case 3: return gemv_rows_t<Op, 3, 4>(g);
+    case 4: return gemv_rows_t<Op, 4, 4>(g);
+    case 5: return gemv_rows_t<Op, 5, 4>(g);
+    case 6: return gemv_rows_t<Op, 6, 4>(g);
+    case 7: return gemv_rows_t<Op, 7, 3>(g);
+    default: return gemv_rows_t<Op, 8, 3>(g);
   }
 }
+
+// A and B of one dtype the unit multiplies natively; mixed pairings take the AVX2 unit's kernel.
+[[maybe_unused]] void gemv_rows(const GemvRowsArgs& g) {
+  if (g.a_dtype == DType::kF32 && g.b_dtype == DType::kF32) return gemv_rows_m<FmaF32>(g);
+#ifdef __AVX512BF16__
+  if (g.a_dtype == DType::kBF16 && g.b_dtype == DType::kBF16) return gemv_rows_m<DpBf16>(g);
 #endif
+  kernels_avx2().gemv_rows(g);
+}
 
 #undef OPTX_DISPATCH_M
 

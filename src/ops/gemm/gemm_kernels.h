@@ -189,15 +189,15 @@ const KernelTable& kernels_avx512();
 const KernelTable& kernels_avx512_bf16();
 const KernelTable& kernels_amx();
 
-// t with the AVX2 unit's unpacked-B paths (gemv_rows, gemv_kn, pack_panel_fast), for the wider
-// units, which have none of their own: every AVX-512 CPU runs AVX2 code, and without them
+// t with the AVX2 unit's unpacked-B paths (gemv_rows unless t has its own, gemv_kn,
+// pack_panel_fast), for the wider units: every AVX-512 CPU runs AVX2 code, and without them
 // a call against unpacked weights packed B element by element first (~1 GB/s). On these
 // hosts gemv_rows and gemv_kn also run the next B rows into L2 (Emerald Rapids, bf16
 // M = 1 / 2 / 4, N = K = 4096, alternating: [N, K] 25.4 -> 30.6, 25.0 -> 29.3, 19.4 -> 28.0
 // GB/s; [K, N] 21.4 -> 26.8, 21.7 -> 25.5, 21.0 -> 24.8).
 inline KernelTable with_avx2_unpacked_paths(KernelTable t) {
   const KernelTable& a = kernels_avx2();
-  t.gemv_rows = a.gemv_rows;
+  if (!t.gemv_rows) t.gemv_rows = a.gemv_rows;
   t.gemv_l2_ahead = true;
   t.gemv_kn = a.gemv_kn;
   t.pack_panel_fast = a.pack_panel_fast;
