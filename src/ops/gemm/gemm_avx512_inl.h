@@ -289,42 +289,56 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 
 #endif
 
-// Unpacked B [N, K] against 1-8 rows of A of its dtype (KernelTable::gemv_rows): each output
-// a row dot product straight from A's and B's rows, Op::kStep k per instruction (f32: 16
-// per FMA; bf16: 32 per vdpbf16ps), K's tail as masked loads of both (zero lanes add 0).
-// The AVX2 gemv_rows this replaces widens bf16 (two ops per 8 elements) beside 8-lane
-// FMAs and ran compute-bound from 4 rows (bf16 M = 8: 22% of the dot peak); from 5 rows
-// it loads each A row once per B row (f32 M = 5-7 from DRAM 1.4-2x slower than this).
+// Unpacked B [N, K] against 1-8 rows of A (KernelTable::gemv_rows): each output a row dot
+// product straight from A's and B's rows, Op::kStep k per instruction (f32 A: 16 per FMA,
+// a bf16 B widened; bf16 A and B: 32 per vdpbf16ps), K's tail as masked loads of both
+// (zero lanes add 0). The AVX2 gemv_rows this replaces widens bf16 (two ops per 8
+// elements) beside 8-lane FMAs and ran compute-bound from 4 rows (bf16 M = 8: 22% of the
+// dot peak); from 5 rows it loads each A row once per B row (M = 5-7 from DRAM 1.4-2.3x
+// slower than this).
 // M x NB accumulators, NB B rows loaded per step and each A row once against all of them.
 // l2_ahead: the call's next NB rows go into L2 a line per row per step, as in AVX2's.
-struct FmaF32 {
-  using T = float;
-  static constexpr int kStep = 16;
+// Element ops: kStep k per instruction, A's and B's rows loaded under one mask.
+struct FmaF32 {  // f32 A x f32 B
+  using TA = float;
+  using TB = float;
+  using VecA = __m512;
+  using VecB = __m512;
   using Mask = __mmask16;
-  using Vec = __m512;
-  static Vec load(Mask m, const T* p) { return _mm512_maskz_loadu_ps(m, p); }
-  static __m512 madd(__m512 c, Vec a, Vec b) { return _mm512_fmadd_ps(a, b, c); }
+  static constexpr int kStep = 16;
+  static VecA load_a(Mask m, const TA* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static VecB load_b(Mask m, const TB* p) { return _mm512_maskz_loadu_ps(m, p); }
+  static __m512 madd(__m512 c, VecA a, VecB b) { return _mm512_fmadd_ps(a, b, c); }
+};
+struct FmaF32Bf16 : FmaF32 {  // f32 A x bf16 B, B widened (exact) to f32
+  using TB = uint16_t;
+  static VecB load_b(Mask m, const TB* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+  }
 };
 #ifdef __AVX512BF16__
-struct DpBf16 {
-  using T = uint16_t;
-  static constexpr int kStep = 32;
+struct DpBf16 {  // bf16 A x bf16 B
+  using TA = uint16_t;
+  using TB = uint16_t;
+  using VecA = __m512bh;
+  using VecB = __m512bh;
   using Mask = __mmask32;
-  using Vec = __m512bh;
-  static Vec load(Mask m, const T* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
-  static __m512 madd(__m512 c, Vec a, Vec b) { return _mm512_dpbf16_ps(c, a, b); }
+  static constexpr int kStep = 32;
+  static VecA load_a(Mask m, const TA* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
+  static VecB load_b(Mask m, const TB* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
+  static __m512 madd(__m512 c, VecA a, VecB b) { return _mm512_dpbf16_ps(c, a, b); }
 };
 #endif
 
 template <class Op, int M, int NB>
-OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::T* a, int64_t lda,
-                                       const typename Op::T* const (&b)[NB], int64_t k, typename Op::Mask mask) {
-  typename Op::Vec bv[NB];
+OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::TA* a, int64_t lda,
+                                       const typename Op::TB* const (&b)[NB], int64_t k, typename Op::Mask mask) {
+  typename Op::VecB bv[NB];
 #pragma GCC unroll 8
-  for (int j = 0; j < NB; ++j) bv[j] = Op::load(mask, b[j] + k);
+  for (int j = 0; j < NB; ++j) bv[j] = Op::load_b(mask, b[j] + k);
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
-    const typename Op::Vec av = Op::load(mask, a + r * lda + k);
+    const typename Op::VecA av = Op::load_a(mask, a + r * lda + k);
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) c[r][j] = Op::madd(c[r][j], av, bv[j]);
   }
@@ -332,15 +346,17 @@ OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::T*
 
 template <class Op, int M, int NB, bool kAhead>
 void gemv_rows_pass(const GemvRowsArgs& g) {
-  using T = typename Op::T;
+  using TB = typename Op::TB;
   using Mask = typename Op::Mask;
-  const T* a = static_cast<const T*>(g.a);
+  const auto* a = static_cast<const typename Op::TA*>(g.a);
   const int64_t Kv = g.K / Op::kStep * Op::kStep;
   const Mask tail = Mask((uint64_t(1) << (g.K - Kv)) - 1);
+  constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
+  static_assert(kLine % Op::kStep == 0);
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
     const int nb = std::min(NB, g.nb - n0);
-    const T* b[NB];
-    for (int j = 0; j < NB; ++j) b[j] = static_cast<const T*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
+    const TB* b[NB];
+    for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
     const int ahead = kAhead ? std::clamp(g.nb - n0 - NB, 0, NB) : 0;  // next rows inside this call
     __m512 c[M][NB];
 #pragma GCC unroll 8
@@ -348,8 +364,7 @@ void gemv_rows_pass(const GemvRowsArgs& g) {
 #pragma GCC unroll 8
       for (auto& x : row) x = _mm512_setzero_ps();
     for (int64_t k = 0; k < Kv; k += Op::kStep) {
-      static_assert(Op::kStep * sizeof(T) == 64, "a step reads one line of each row");
-      if constexpr (kAhead)
+      if (kAhead && k % kLine == 0)
         for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
       gemv_rows_step<Op, M, NB>(c, a, g.lda, b, k, Mask(~Mask(0)));
     }
@@ -384,11 +399,14 @@ void gemv_rows_m(const GemvRowsArgs& g) {
   }
 }
 
-// A and B of one dtype the unit multiplies natively; mixed pairings take the AVX2 unit's kernel.
+// bf16 A x f32 B (not a pairing the GEMM takes elsewhere) keeps the AVX2 unit's kernel.
 [[maybe_unused]] void gemv_rows(const GemvRowsArgs& g) {
-  if (g.a_dtype == DType::kF32 && g.b_dtype == DType::kF32) return gemv_rows_m<FmaF32>(g);
+  if (g.a_dtype == DType::kF32) {
+    if (g.b_dtype == DType::kF32) return gemv_rows_m<FmaF32>(g);
+    return gemv_rows_m<FmaF32Bf16>(g);
+  }
 #ifdef __AVX512BF16__
-  if (g.a_dtype == DType::kBF16 && g.b_dtype == DType::kBF16) return gemv_rows_m<DpBf16>(g);
+  if (g.b_dtype == DType::kBF16) return gemv_rows_m<DpBf16>(g);
 #endif
   kernels_avx2().gemv_rows(g);
 }
