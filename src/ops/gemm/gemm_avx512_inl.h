@@ -295,10 +295,10 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 // (zero lanes add 0). The AVX2 gemv_rows this replaces widens bf16 (two ops per 8
 // elements) beside 8-lane FMAs and ran compute-bound from 4 rows (bf16 M = 8: 22% of the
 // dot peak); from 5 rows it loads each A row once per B row (M = 5-7 from DRAM 1.4-2.3x
-// slower than this).
-// M x NB accumulators, NB B rows loaded per step and each A row once against all of them.
-// l2_ahead: the call's next NB rows go into L2 a line per row per step, as in AVX2's.
-// Element ops: kStep k per instruction, A's and B's rows loaded under one mask.
+// slower than this). M x NB accumulators, NB B rows loaded per step and each A row once
+// against all of them. l2_ahead: the call's next NB rows go into L2 a line per row as
+// this group's loads cross one, as in AVX2's.
+// The element ops: kStep k per instruction, A's and B's rows loaded under one mask.
 struct FmaF32 {  // f32 A x f32 B
   using TA = float;
   using TB = float;
@@ -399,7 +399,8 @@ void gemv_rows_m(const GemvRowsArgs& g) {
   }
 }
 
-// bf16 A x f32 B (not a pairing the GEMM takes elsewhere) keeps the AVX2 unit's kernel.
+// bf16 A x bf16 B on units without vdpbf16ps keeps the AVX2 unit's kernel (bf16 A x f32 B
+// is rejected by validate).
 [[maybe_unused]] void gemv_rows(const GemvRowsArgs& g) {
   if (g.a_dtype == DType::kF32) {
     if (g.b_dtype == DType::kF32) return gemv_rows_m<FmaF32>(g);
