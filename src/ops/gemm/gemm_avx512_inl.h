@@ -439,6 +439,7 @@ OPTX_ALWAYS_INLINE void prefetch_stream(const void* at, int lines) {
 template <int R, class T, class Widen>
 OPTX_ALWAYS_INLINE void gemv1_rows(const float* a, const T* b, int64_t kc, float* acc, int lines, Widen widen) {
   __m512 c[R][4];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
@@ -448,9 +449,11 @@ OPTX_ALWAYS_INLINE void gemv1_rows(const float* a, const T* b, int64_t kc, float
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       const __m512 w = widen(bk, i);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), w, c[r][i]);
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
@@ -475,6 +478,7 @@ void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) {
 template <int R>
 void gemv1_bf16b(const float* a, const uint16_t* b, int64_t kc, float* acc) {
   __m512 c[R][4];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
@@ -485,12 +489,14 @@ void gemv1_bf16b(const float* a, const uint16_t* b, int64_t kc, float* acc) {
     for (int i = 0; i < 4; ++i) {
       __m512 even, odd;
       simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even, odd);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), even, c[r][i]);
         c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(k + 1) * kMR + r]), odd, c[r][i]);
       }
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
