@@ -540,7 +540,8 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
 // stream from DRAM, and 4 of them in flight keep one core's prefetchers busy). Each A row
 // is loaded once per NB B rows, so 5-6 rows take two (12 accumulators + 3 of the 16
 // registers): with one, A's loads bound them (stop 51, this unit on Zen 4, N = K = 4096
-// over 8 copies: f32 / bf16 M = 5-6 1.3-1.5x, in cache up to 1.8x); 7-8 keep one.
+// over 8 copies: f32 / bf16 M = 5-6 1.5-1.6x / 1.4-1.5x, in cache 1.8-3.6x / 1.4-1.6x);
+// 7-8 keep one.
 // Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
 // kAhead (AVX-512 hosts, KernelTable::gemv_l2_ahead): the call's next NB rows go into L2
 // a line per row as this group's loads cross one, so the L2 holds more lines in flight
@@ -557,20 +558,29 @@ void gemv_rows_pass(const GemvRowsArgs& g) {
     for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
     const int ahead = kAhead ? std::clamp(g.nb - n0 - NB, 0, NB) : 0;  // next rows inside this call
     __m256 c[M][NB];
+#pragma GCC unroll 8
     for (auto& row : c)
+#pragma GCC unroll 4
       for (auto& x : row) x = _mm256_setzero_ps();
     for (int64_t k = 0; k < K8; k += 8) {
       if (kAhead && k % kLine == 0)
         for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
       __m256 bv[NB];
+#pragma GCC unroll 4
       for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);
+#pragma GCC unroll 8
       for (int r = 0; r < M; ++r) {
         const __m256 av = simd::Avx2::load(a + r * g.lda + k);
+#pragma GCC unroll 4
         for (int j = 0; j < NB; ++j) c[r][j] = _mm256_fmadd_ps(av, bv[j], c[r][j]);
       }
     }
+    // Constant bounds, so c stays in registers (an index bound by nb spills it every step).
+#pragma GCC unroll 8
     for (int r = 0; r < M; ++r)
-      for (int j = 0; j < nb; ++j) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) {
+        if (j >= nb) continue;
         float sum = simd::Avx2::reduce(c[r][j]);
         for (int64_t k = K8; k < g.K; ++k) sum += simd::Scalar::load(a + r * g.lda + k) * simd::Scalar::load(b[j] + k);
         g.acc[r * kNR + n0 + j] = sum;
