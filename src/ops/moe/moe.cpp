@@ -130,13 +130,18 @@ Status gating_rows(const moe_detail::GatingKernels* vk, const MoeGatingParams& p
     if (p.n_group > 1) {  // keep the topk_group best groups
       const int64_t gs = E / p.n_group;
       double gscore[kMaxExperts];  // a top-2 sum of two scores near FLT_MAX stays finite and ordered, as in the reference
-      for (int64_t g = 0; g < p.n_group; ++g) {
-        float a = -INFINITY, b = -INFINITY;  // largest two
-        for (int64_t e = g * gs; e < (g + 1) * gs; ++e) {
-          if (sel[e] > a) b = a, a = sel[e];
-          else if (sel[e] > b) b = sel[e];
+      const bool top2 = p.group_score != MoeGroupScore::kMax && gs > 1;
+      if (vk && vk->group_scores) {
+        vk->group_scores(sel, E, p.n_group, top2, gscore);
+      } else {
+        for (int64_t g = 0; g < p.n_group; ++g) {
+          float a = -INFINITY, b = -INFINITY;  // largest two
+          for (int64_t e = g * gs; e < (g + 1) * gs; ++e) {
+            if (sel[e] > a) b = a, a = sel[e];
+            else if (sel[e] > b) b = sel[e];
+          }
+          gscore[g] = top2 ? double(a) + double(b) : a;
         }
-        gscore[g] = p.group_score == MoeGroupScore::kMax ? a : double(a) + (gs > 1 ? double(b) : 0.0);
       }
       int32_t keep[kMaxExperts];
       topk(gscore, nullptr, p.n_group, p.topk_group, keep);

@@ -37,6 +37,10 @@ struct GatingKernels {
   void (*softmax_scores)(const float* logit, int64_t E, float* score);
   void (*sigmoid_scores)(const float* logit, int64_t E, float* score);
   void (*topk)(const float* v, const bool* eligible, int64_t n, int64_t k, int32_t* out);  // n <= kMaxExperts
+  // Optional: out[g] = the max of group g's selection scores sel[g gs, (g + 1) gs), gs =
+  // E / n_group, or with top2 the sum of its two largest (one value twice if it occurs
+  // twice) in double, as moe.cpp's loop.
+  void (*group_scores)(const float* sel, int64_t E, int64_t n_group, bool top2, double* out) = nullptr;
 };
 const GatingKernels& gating_kernels_avx512();
 const GatingKernels& gating_kernels_avx2();
