@@ -553,10 +553,9 @@ void gemv_rows_pass(const GemvRowsArgs& g) {
   const int64_t K8 = g.K / 8 * 8;
   constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
-    const int nb = std::min(NB, g.nb - n0);
-    const TB* b[NB];
-    for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + std::min(j, nb - 1)) * g.ldb;
-    const int ahead = kAhead ? std::clamp(g.nb - n0 - NB, 0, NB) : 0;  // next rows inside this call
+    const GemvRowGroup<NB, TB> grp(g, n0, kAhead);
+    const auto& b = grp.b;
+    const int nb = grp.nb, ahead = grp.ahead;
     __m256 c[M][NB];
 #pragma GCC unroll 8
     for (auto& row : c)

@@ -111,6 +111,20 @@ struct GemvRowsArgs {
   bool l2_ahead = false;  // prefetch the next rows (gemv_rows) or wide blocks (gemv_kn) into L2 (KernelTable::gemv_l2_ahead)
 };
 
+// The gemv_rows kernels' group of NB B rows from row n0 of the call: b[j] is row n0 + j,
+// rows past the call repeating its last (loaded, never stored); nb the live ones; ahead
+// the rows after the group, within the call, to run into L2 (0 unless l2).
+template <int NB, class TB>
+struct GemvRowGroup {
+  const TB* b[NB];
+  int nb, ahead;
+  GemvRowGroup(const GemvRowsArgs& g, int n0, bool l2) : nb(NB < g.nb - n0 ? NB : g.nb - n0) {
+    for (int j = 0; j < NB; ++j) b[j] = static_cast<const TB*>(g.b) + (n0 + (j < nb ? j : nb - 1)) * g.ldb;
+    const int rest = g.nb - n0 - NB;
+    ahead = !l2 || rest < 0 ? 0 : rest < NB ? rest : NB;
+  }
+};
+
 inline constexpr int kGemv2MaxRows = 6;  // rows of the two-panel decode kernels (KernelTable)
 
 struct KernelTable {
