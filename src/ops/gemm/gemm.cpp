@@ -149,9 +149,10 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // bf16 N = 4096, 2 threads, alternating in one process: M = 256 K = 4096 / 7168 +9%,
     // int8 weights M = 64 / 256 K = 4096 +14% / +11%, M >= 512 level.
     const int64_t a_bytes = dp ? int64_t(sizeof(uint16_t)) : int64_t(sizeof(float));
+    const int64_t m_up = (pl.M + kMR - 1) / kMR * kMR;
     int64_t mc = kL2Budget / std::max<int64_t>(pl.K * a_bytes, 1);
     mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
-    pl.mc = std::min(balanced(mc, kMR), (pl.M + kMR - 1) / kMR * kMR);
+    pl.mc = std::min(balanced(mc, kMR), m_up);
     // All rows in one chunk where they fit and the panels split evenly enough: the threads
     // then split N, each streaming only its share of B (and packing each panel of an
     // unpacked B once, into L2), where the row split has every thread stream all of B (an
@@ -170,7 +171,6 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // costs what the row split's pass did). Packed weights gain nothing from it (±3%).
     // The buffers stay sized for that many rows past it, so the workspace never shrinks
     // as M grows.
-    const int64_t m_up = (pl.M + kMR - 1) / kMR * kMR;
     const int64_t one_chunk_max = p.packed_b ? mc : kUnpackedOneChunk * mc;
     if (pl.M <= one_chunk_max && pl.out_panels >= 4 * T) pl.mc = m_up;
     pl.mc_ws = std::min(one_chunk_max, m_up);

@@ -298,47 +298,41 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 // slower than this). M x NB accumulators, NB B rows loaded per step and each A row once
 // against all of them. l2_ahead: the call's next NB rows go into L2 a line per row as
 // this group's loads cross one, as in AVX2's.
-// The element ops: kStep k per instruction, A's and B's rows loaded under one mask.
-struct FmaF32 {  // f32 A x f32 B
+// The element ops: kStep k per instruction, the first n of a step's elements of A's and
+// B's rows loaded (the rest zero; n < kStep only in K's tail, where simd::Avx512's counted
+// loads take over).
+struct FmaF32 {  // f32 A x f32 B; a bf16 B (FmaF32Bf16) is widened exactly by the same loads
   using TA = float;
   using TB = float;
-  using VecA = __m512;
-  using VecB = __m512;
-  using Mask = __mmask16;
   static constexpr int kStep = 16;
-  static VecA load_a(Mask m, const TA* p) { return _mm512_maskz_loadu_ps(m, p); }
-  static VecB load_b(Mask m, const TB* p) { return _mm512_maskz_loadu_ps(m, p); }
-  static __m512 madd(__m512 c, VecA a, VecB b) { return _mm512_fmadd_ps(a, b, c); }
+  template <class T>
+  static __m512 load(const T* p, int n) { return n == kStep ? simd::Avx512::load(p) : simd::Avx512::load(p, n); }
+  static __m512 madd(__m512 c, __m512 a, __m512 b) { return _mm512_fmadd_ps(a, b, c); }
 };
-struct FmaF32Bf16 : FmaF32 {  // f32 A x bf16 B, B widened (exact) to f32
+struct FmaF32Bf16 : FmaF32 {
   using TB = uint16_t;
-  static VecB load_b(Mask m, const TB* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-  }
 };
 #ifdef __AVX512BF16__
-struct DpBf16 {  // bf16 A x bf16 B
+struct DpBf16 {  // bf16 A x bf16 B, 16 pairs per vector
   using TA = uint16_t;
   using TB = uint16_t;
-  using VecA = __m512bh;
-  using VecB = __m512bh;
-  using Mask = __mmask32;
   static constexpr int kStep = 32;
-  static VecA load_a(Mask m, const TA* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
-  static VecB load_b(Mask m, const TB* p) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
-  static __m512 madd(__m512 c, VecA a, VecB b) { return _mm512_dpbf16_ps(c, a, b); }
+  static __m512bh load(const uint16_t* p, int n) {
+    return (__m512bh)(n == kStep ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(__mmask32((1u << n) - 1u), p));
+  }
+  static __m512 madd(__m512 c, __m512bh a, __m512bh b) { return _mm512_dpbf16_ps(c, a, b); }
 };
 #endif
 
 template <class Op, int M, int NB>
 OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::TA* a, int64_t lda,
-                                       const typename Op::TB* const (&b)[NB], int64_t k, typename Op::Mask mask) {
-  typename Op::VecB bv[NB];
+                                       const typename Op::TB* const (&b)[NB], int64_t k, int n) {
+  decltype(Op::load(b[0], n)) bv[NB];
 #pragma GCC unroll 8
-  for (int j = 0; j < NB; ++j) bv[j] = Op::load_b(mask, b[j] + k);
+  for (int j = 0; j < NB; ++j) bv[j] = Op::load(b[j] + k, n);
 #pragma GCC unroll 8
   for (int r = 0; r < M; ++r) {
-    const typename Op::VecA av = Op::load_a(mask, a + r * lda + k);
+    const auto av = Op::load(a + r * lda + k, n);
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) c[r][j] = Op::madd(c[r][j], av, bv[j]);
   }
@@ -347,10 +341,8 @@ OPTX_ALWAYS_INLINE void gemv_rows_step(__m512 (&c)[M][NB], const typename Op::TA
 template <class Op, int M, int NB, bool kAhead>
 void gemv_rows_pass(const GemvRowsArgs& g) {
   using TB = typename Op::TB;
-  using Mask = typename Op::Mask;
   const auto* a = static_cast<const typename Op::TA*>(g.a);
   const int64_t Kv = g.K / Op::kStep * Op::kStep;
-  const Mask tail = Mask((uint64_t(1) << (g.K - Kv)) - 1);
   constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
   static_assert(kLine % Op::kStep == 0);
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
@@ -365,9 +357,9 @@ void gemv_rows_pass(const GemvRowsArgs& g) {
     for (int64_t k = 0; k < Kv; k += Op::kStep) {
       if (kAhead && k % kLine == 0)
         for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
-      gemv_rows_step<Op, M, NB>(c, a, g.lda, b, k, Mask(~Mask(0)));
+      gemv_rows_step<Op, M, NB>(c, a, g.lda, b, k, Op::kStep);
     }
-    if (tail) gemv_rows_step<Op, M, NB>(c, a, g.lda, b, Kv, tail);
+    if (Kv < g.K) gemv_rows_step<Op, M, NB>(c, a, g.lda, b, Kv, int(g.K - Kv));
     // Constant bounds, so c stays in registers (an index bound by nb spills it every step).
 #pragma GCC unroll 8
     for (int r = 0; r < M; ++r)

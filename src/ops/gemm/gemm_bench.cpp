@@ -210,10 +210,11 @@ void bench_gemv(bench::Context& ctx, DType wt, int64_t M) {
 }
 
 // Unpacked bf16 weights (no pack_weights at load), [N, K] or [K, N] (kn): decode (M = 1;
-// M = 8, the most rows the row-dot-product kernels take) and row counts that pack each weight panel on the fly (M = 32 within one L2 chunk of
-// A, M = 128 past it: make_plan's kUnpackedOneChunk), the same bytes per
-// call as the packed rows, rotated over copies of the raw weights. oneDNN beside [N, K]
-// reads the same plain copies (its primitive on the user's layout, no reorder).
+// M = 8, the most rows the row-dot-product kernels take) and row counts that pack each
+// weight panel on the fly (M = 32 within one L2 chunk of A, M = 128 past it: make_plan's
+// kUnpackedOneChunk), the same bytes per call as the packed rows, rotated over copies of
+// the raw weights. oneDNN beside [N, K] reads the same plain copies (its primitive on the
+// user's layout, no reorder).
 void bench_unpacked(bench::Context& ctx, int64_t M, bool kn) {
   const int64_t N = 4096, K = 4096;
   const double wbytes = double(N * K) * 2;
