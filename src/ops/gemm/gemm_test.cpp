@@ -190,6 +190,23 @@ std::vector<Case> edge_cases() {
           c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
           cs.push_back(c);
         }
+  // [N, K] decode from 4 rows with A's rows a multiple of 1 KiB apart, which the row
+  // kernels read from a copy at a skewed stride (gemv_a_stride): K a multiple of 1 KiB of
+  // elements, or short of it with a tail, A's row padding past K not copied.
+  for (int64_t M : {4, 5, 7, 8})
+    for (DType at : {DType::kF32, DType::kBF16})
+      for (DType bt : {DType::kF32, DType::kBF16}) {
+        if (at == DType::kBF16 && bt == DType::kF32) continue;
+        const int64_t row = 1024 / int64_t(dtype_size(at));  // elements per KiB
+        Case c;
+        c.M = M, c.N = 131;
+        c.K = M % 2 ? row - 6 : 2 * row;
+        c.lda_pad = M % 2 ? 6 : 0;
+        c.a = at, c.b = bt, c.c = DType::kF32;
+        c.packed = false;
+        c.beta = M == 5 ? 0.5f : 0.0f;
+        cs.push_back(c);
+      }
   // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
   // last block's tile goes straight into C, onto the blocks accumulated before it.
   for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
