@@ -540,50 +540,67 @@ bool pack_strips(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc
 // stream from DRAM, and 4 of them in flight keep one core's prefetchers busy). Each A row
 // is loaded once per NB B rows, so 5-6 rows take two (12 accumulators + 3 of the 16
 // registers): with one, A's loads bound them (stop 51, this unit on Zen 4, N = K = 4096
-// over 8 copies: f32 / bf16 M = 5-6 1.5-1.6x / 1.4-1.5x, in cache 1.8-3.6x / 1.4-1.6x);
-// 7-8 keep one.
+// over 8 copies: f32 / bf16 M = 5-6 1.5-1.6x / 1.4-1.5x, in cache 1.8-3.6x / 1.4-1.6x).
+// 7-8 rows do not fit beside two: they run as 4 rows and then the other 3-4 against each
+// group of three B rows, whose lines the second half reads from L1. One B row per pass,
+// as before, left 8 A loads per 8 FMAs and a single B stream (stop 52, Zen 4, alternating
+// in one process: f32 / bf16 M = 7-8 from DRAM 1.5-1.6x / 1.37-1.45x, N = 1024 in L3
+// 1.45-1.57x / 1.36-1.57x; M = 5-6 split so measured 3-12% slower).
 // Each dot product sums 8 lanes over K in k order, then the lanes, then the K % 8 tail.
 // kAhead (AVX-512 hosts, KernelTable::gemv_l2_ahead): the call's next NB rows go into L2
 // a line per row as this group's loads cross one, so the L2 holds more lines in flight
 // than the L1 fill buffers alone (the packed decode kernels' run-ahead; gemm PERF_LOG.md, stop 43).
 // Zen 3, where this unit is the whole path, keeps the hardware prefetchers alone.
+constexpr int kRowsOnce = 6;
+
+// Rows r0 .. r0 + M - 1 of A against one group of B rows.
 template <int M, int NB, bool kAhead, class TA, class TB>
-void gemv_rows_pass(const GemvRowsArgs& g) {
-  const TA* a = static_cast<const TA*>(g.a);
+OPTX_ALWAYS_INLINE void gemv_rows_group(const GemvRowsArgs& g, const GemvRowGroup<NB, TB>& grp, int r0, int n0) {
+  const TA* a = static_cast<const TA*>(g.a) + r0 * g.lda;
   const int64_t K8 = g.K / 8 * 8;
   constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
+  const auto& b = grp.b;
+  const int nb = grp.nb, ahead = grp.ahead;
+  __m256 c[M][NB];
+#pragma GCC unroll 8
+  for (auto& row : c)
+#pragma GCC unroll 4
+    for (auto& x : row) x = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K8; k += 8) {
+    if (kAhead && k % kLine == 0)
+      for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
+    __m256 bv[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);
+#pragma GCC unroll 8
+    for (int r = 0; r < M; ++r) {
+      const __m256 av = simd::Avx2::load(a + r * g.lda + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) c[r][j] = _mm256_fmadd_ps(av, bv[j], c[r][j]);
+    }
+  }
+  // Constant bounds, so c stays in registers (an index bound by nb spills it every step).
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      if (j >= nb) continue;
+      float sum = simd::Avx2::reduce(c[r][j]);
+      for (int64_t k = K8; k < g.K; ++k) sum += simd::Scalar::load(a + r * g.lda + k) * simd::Scalar::load(b[j] + k);
+      g.acc[(r0 + r) * kNR + n0 + j] = sum;
+    }
+}
+
+template <int M, int NB, bool kAhead, class TA, class TB>
+void gemv_rows_pass(const GemvRowsArgs& g) {
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
     const GemvRowGroup<NB, TB> grp(g, n0, kAhead);
-    const auto& b = grp.b;
-    const int nb = grp.nb, ahead = grp.ahead;
-    __m256 c[M][NB];
-#pragma GCC unroll 8
-    for (auto& row : c)
-#pragma GCC unroll 4
-      for (auto& x : row) x = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K8; k += 8) {
-      if (kAhead && k % kLine == 0)
-        for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
-      __m256 bv[NB];
-#pragma GCC unroll 4
-      for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);
-#pragma GCC unroll 8
-      for (int r = 0; r < M; ++r) {
-        const __m256 av = simd::Avx2::load(a + r * g.lda + k);
-#pragma GCC unroll 4
-        for (int j = 0; j < NB; ++j) c[r][j] = _mm256_fmadd_ps(av, bv[j], c[r][j]);
-      }
+    if constexpr (M > kRowsOnce) {
+      gemv_rows_group<4, NB, kAhead, TA, TB>(g, grp, 0, n0);
+      gemv_rows_group<M - 4, NB, false, TA, TB>(g, grp, 4, n0);  // the group's B rows from L1
+    } else {
+      gemv_rows_group<M, NB, kAhead, TA, TB>(g, grp, 0, n0);
     }
-    // Constant bounds, so c stays in registers (an index bound by nb spills it every step).
-#pragma GCC unroll 8
-    for (int r = 0; r < M; ++r)
-#pragma GCC unroll 4
-      for (int j = 0; j < NB; ++j) {
-        if (j >= nb) continue;
-        float sum = simd::Avx2::reduce(c[r][j]);
-        for (int64_t k = K8; k < g.K; ++k) sum += simd::Scalar::load(a + r * g.lda + k) * simd::Scalar::load(b[j] + k);
-        g.acc[r * kNR + n0 + j] = sum;
-      }
   }
 }
 
@@ -602,8 +619,8 @@ void gemv_rows_m(const GemvRowsArgs& g) {
     case 4: return gemv_rows_t<4, 2, TA, TB>(g);
     case 5: return gemv_rows_t<5, 2, TA, TB>(g);
     case 6: return gemv_rows_t<6, 2, TA, TB>(g);
-    case 7: return gemv_rows_t<7, 1, TA, TB>(g);
-    default: return gemv_rows_t<8, 1, TA, TB>(g);
+    case 7: return gemv_rows_t<7, 3, TA, TB>(g);
+    default: return gemv_rows_t<8, 3, TA, TB>(g);
   }
 }
 
