@@ -358,8 +358,15 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
     if (n_next) fetch(kb + kSuper, n_next);
     if (rs[0].has_mask && masks_hide(j, kb, n)) continue;
-    // Decode streams each row once: the next superblock goes to L2 during this one (from
-    // the cache itself; an i8 cache's rows were just dequantised, nothing to fetch).
+    // The next superblock goes to L2 during this one (from the cache itself; an i8
+    // cache's rows were just dequantised, nothing to fetch): decode streams each row
+    // once, K and V. Prefill takes the next K rows only (its V: v_pf below). A head's K
+    // serves many query tiles from L2 / L3, but in BSND each row sits on a page of its own
+    // (16 heads x 128 bf16 = 4 KiB a token), and the hardware prefetchers, which stop at
+    // page edges, fetched none of it ahead. Flash, 16 heads, Zen 4, `optx bench` rows with
+    // the old and new build back to back: S = 4096 199.0 / 189.8 -> 188.8 / 187.6 ms, S =
+    // 8192 901 / 807 -> 747 / 757 (BNSD in a driver +0-1%; GQA 32 / 8 and D = 192 / 128
+    // -2 to -4% time, B = 8 S = 512 level). Its V rows as well measured the same.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
     // The stream advances every kPfEveryPairs pairs inside the score and P . V loops, a few
     // lines at a time: one burst per 8-key score call (~58 lines for MLA) filled the
@@ -382,7 +389,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     const int64_t score_steps = q8 ? score_calls * ((two ? RD / 2 : RD / 4) / kPfEveryPairs + (two ? 2 : 1) * (L / 4 / kPfEveryPairs))
                                    : score_calls * ((two ? D / 2 : D / 4) / kPfEveryPairs);
     const int64_t pv_steps = (Dv + 63) / 64 * ((R + 5) / 6) * (kmax / 2 / kPfEveryPairs);
-    SpreadPrefetch pf(kn, vn, k_lines, v_apart ? v_lines : 0, c.kv_once && !i8 ? n_next : 0, score_steps + pv_steps);
+    SpreadPrefetch pf(kn, vn, k_lines, v_apart && c.kv_once ? v_lines : 0, i8 ? 0 : n_next, score_steps + pv_steps);
     // Prefill reads a head's K / V from L2 / L3 (they serve many query tiles): this
     // superblock's V rows go to L2 during its scores, ahead of the staging loads.
     SpreadPrefetch v_pf(vp, vp, v_lines, 0, c.kv_once ? 0 : n, score_calls);
