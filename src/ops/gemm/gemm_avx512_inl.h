@@ -64,11 +64,11 @@ void kern_f32_m(int64_t kc, const float* a, const void* bv, const float* acc,
   const float* b = static_cast<const float*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
-  const int64_t l2_per = pf.l2_per(kc);
+  L2Lines l2(pf, kc);
   for (int64_t k = 0; k < kc; ++k) {
     const float* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
-    pf.l2_step(k, l2_per);
+    l2.step();
     const __m512 bb[4] = {_mm512_load_ps(bk), _mm512_load_ps(bk + 16), _mm512_load_ps(bk + 32),
                           _mm512_load_ps(bk + 48)};
     fma_row<M>(c, bb, a, k);
@@ -106,11 +106,11 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
   // An odd kc (last block of an odd K) reads one pair past K: zero in both packed A and B.
-  const int64_t l2_per = pf.l2_per((kc + 1) / 2);
+  L2Lines l2(pf, (kc + 1) / 2);
   for (int64_t k = 0; k < kc; k += 2) {
     const uint16_t* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
-    pf.l2_step(k / 2, l2_per);
+    l2.step();
     __m512 even[4], odd[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
@@ -128,11 +128,11 @@ void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
   const int8_t* b = static_cast<const int8_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
-  const int64_t l2_per = pf.l2_per(kc);
+  L2Lines l2(pf, kc);
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* bk = b + k * kNR;
     if constexpr (kStream) prefetch_b(bk, 1);
-    pf.l2_step(k, l2_per);
+    l2.step();
     __m512 bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i)
@@ -206,11 +206,11 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
   const int64_t pairs = (kc + 1) / 2;
-  const int64_t l2_per = pf.l2_per(pairs);
+  L2Lines l2(pf, pairs);
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* bk = b + p * 2 * kNR;
     if constexpr (kStream) prefetch_b(bk, 4);
-    pf.l2_step(p, l2_per);
+    l2.step();
     __m512bh bb[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) bb[i] = (__m512bh)_mm512_load_si512(bk + 32 * i);

@@ -40,22 +40,43 @@ inline constexpr int64_t kAmxKc = 2048;
 //   stream    this call is the first to read the B micro-panel (it comes from DRAM / L3),
 //             so the kernel prefetches ahead along it;
 //   l2_next   `l2_lines` cache lines the driver wants pulled into L2 (a slice of the next
-//             B micro-panel), spread through the call's compute: l2_per(steps) at each
-//             of its steps. All of them: at one line per step, a call of 2-3 row slices
-//             (7-18 rows) had shares of up to 4x its steps, and the rest of the next
-//             panel came from DRAM on demand (AVX-512, 2816 x 2048 from DRAM, 2 threads,
-//             alternating in one process: bf16 M = 12 / 16 0.390 / 0.464 -> 0.346 /
-//             0.437 ms, f32 M = 8 / 12 / 16 1.38x / 1.33x / 1.19x; 2048^3 level).
+//             B micro-panel, or of the rows an unpacked B packs next), spread evenly over
+//             the call's steps (L2Lines). All of them: at one line per step, a call of
+//             2-3 row slices (7-18 rows) had shares of up to 4x its steps, and the rest
+//             of the next panel came from DRAM on demand (AVX-512, 2816 x 2048 from
+//             DRAM, 2 threads, alternating in one process: bf16 M = 12 / 16 0.390 /
+//             0.464 -> 0.346 / 0.437 ms, f32 M = 8 / 12 / 16 1.38x / 1.33x / 1.19x;
+//             2048^3 level).
 struct Prefetch {
   bool stream = false;
   const char* l2_next = nullptr;
   int64_t l2_lines = 0;
   const char* next_panel = nullptr;  // AMX 16-row blocks: where their run-ahead goes past this panel's end
-  // Lines of l2_next per step of a kernel that takes `steps` steps; step s issues its own.
-  int64_t l2_per(int64_t steps) const { return steps > 0 ? (l2_lines + steps - 1) / steps : 0; }
-  OPTX_ALWAYS_INLINE void l2_step(int64_t s, int64_t per) const {
-    for (int64_t q = s * per, e = q + per < l2_lines ? q + per : l2_lines; q < e; ++q) __builtin_prefetch(l2_next + 64 * q, 0, 2);
+  // l2_next as runs of l2_run_lines lines l2_run_stride bytes apart (an unpacked B's rows
+  // for the next panel block; the first run starts l2_run_skip lines in); 0: one run.
+  int64_t l2_run_lines = 0, l2_run_stride = 0, l2_run_skip = 0;
+};
+
+// A kernel's walk over its Prefetch::l2_next lines into L2, all of them, spread evenly
+// over its `steps` steps.
+class L2Lines {
+ public:
+  L2Lines(const Prefetch& pf, int64_t steps)
+      : p_(pf.l2_next), run_(pf.l2_next - 64 * pf.l2_run_skip), left_(pf.l2_lines),
+        run_left_(pf.l2_run_lines > 0 ? pf.l2_run_lines - pf.l2_run_skip : pf.l2_lines), run_lines_(pf.l2_run_lines),
+        stride_(pf.l2_run_stride), per_(steps > 0 ? (pf.l2_lines + steps - 1) / steps : 0) {}
+  OPTX_ALWAYS_INLINE void step() {
+    for (int64_t i = 0; i < per_ && left_ > 0; ++i, --left_) {
+      __builtin_prefetch(p_, 0, 2);
+      p_ += 64;
+      if (--run_left_ == 0) run_ += stride_, p_ = run_, run_left_ = run_lines_;
+    }
   }
+
+ private:
+  const char* p_;
+  const char* run_;
+  int64_t left_, run_left_, run_lines_, stride_, per_;
 };
 using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                             bool accumulate, const Prefetch& pf);
