@@ -606,15 +606,16 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
                                    : reinterpret_cast<const char*>(p.packed_b->panel(next_jb));
           next_lines = std::min(kblock, K) * kNR * int64_t(besize) / 64;
         }
-        // An unpacked B on the dot-product kernel: the source of the next pack_panel (this
-        // panel's next kpack rows of K, or the next panel's first), as runs of B's rows,
-        // pulled into L2 over all the kernel calls of this pack block. Packing read 64 rows
-        // from DRAM with nothing in flight ahead of it, and it took more time than the
-        // multiply (bf16 M = 12, N = K = 4096: 42% of the samples against 31%). From DRAM,
-        // 2 threads, alternating in one process: M = 9 / 12 / 16 / 24 / 32 / 64 / 128 -12 /
-        // -16 / -16 / -15 / -11 / -7 / -5% time; B in L3 level.
+        // An unpacked B on kernels that walk runs (KernelTable::l2_runs): the source of the
+        // next pack_panel (this panel's next kpack rows of K, or the next panel's first), as
+        // runs of B's rows, pulled into L2 over all the kernel calls of this pack block.
+        // Packing read 64 rows from DRAM with nothing in flight ahead of it, and it took
+        // more time than the multiply (bf16 M = 12, N = K = 4096: 42% of the samples
+        // against 31%). From DRAM, 2 threads, alternating in one process: bf16 M = 9 / 12 /
+        // 16 / 24 / 32 / 64 / 128 -12 / -16 / -16 / -15 / -11 / -7 / -5% time, f32 M = 9 /
+        // 16 / 32 / 64 -18 / -19 / -13 / -8%; B in L3 level.
         int64_t run_lines = 0, run_stride = 0, call0 = 0, pack_calls = 1;
-        if (!p.packed_b && use_dp && !i8_dp && mrows > kMR && bp != nullptr && !ready) {
+        if (!p.packed_b && kt.l2_runs && !i8_dp && mrows > kMR && bp != nullptr && !ready) {
           const int64_t kb0 = kb - kb % pl.kpack, kn0 = kb0 + pl.kpack < K ? kb0 + pl.kpack : 0;
           const int64_t jn = kn0 > 0 ? jb : next_jb;
           if (jn >= 0) {

@@ -172,7 +172,8 @@ const KernelTable& kernels_amx() {
                                                           .gemv2_bf16b = {amx::gemv2_bf16b<2>, amx::gemv2_bf16b<3>},
                                                           .gemv2_i8b = {amx::gemv2_i8b<2>, amx::gemv2_i8b<3>},
                                                           .f32b_out = amx::kern_f32_out,
-                                                          .f32_rows_out = amx::kern_f32_rows});
+                                                          .f32_rows_out = amx::kern_f32_rows,
+                                                          .l2_runs = true});
   return t;
 }
 }  // namespace optx::gemm_detail

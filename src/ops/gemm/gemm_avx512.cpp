@@ -16,7 +16,8 @@ const KernelTable& kernels_avx512() {
                                                           .gemv2_i8b = {avx512::gemv2_i8b<2>, avx512::gemv2_i8b<3>},
                                                           .f32b_out = avx512::kern_f32_out,
                                                           .f32_rows_out = avx512::kern_f32_rows,
-                                                          .gemv_rows = avx512::gemv_rows});
+                                                          .gemv_rows = avx512::gemv_rows,
+                                                          .l2_runs = true});
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -18,7 +18,8 @@ const KernelTable& kernels_avx512_bf16() {
                                                           .f32_rows_out = avx512_bf16::kern_f32_rows,
                                                           .gemv_rows = avx512_bf16::gemv_rows,
                                                           .pack_a_pairs = avx512_bf16::pack_a_pairs,
-                                                          .i8_pairs = avx512_bf16::i8_pairs});
+                                                          .i8_pairs = avx512_bf16::i8_pairs,
+                                                          .l2_runs = true});
   return t;
 }
 }  // namespace optx::gemm_detail

@@ -211,6 +211,9 @@ struct KernelTable {
   // pairs [ceil(kc/2)][64][2] bf16dp reads (a missing odd row zero). Every int8 is exact
   // in bf16, so bf16 A times int8 B runs on the dot product at the bf16 path's rounding.
   void (*i8_pairs)(const int8_t* b, int64_t kc, uint16_t* dst) = nullptr;
+  // The K-block kernels (f32b, bf16b, i8b, f32b_out, bf16dp) walk Prefetch::l2_next as
+  // runs (L2Lines), so an unpacked B's next rows can go to L2 while they run.
+  bool l2_runs = false;
 };
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is
