@@ -292,10 +292,11 @@ bool streaming_shape(const GemmParams& p) {
 // on, A's and B's lines in a set outnumber its 8 ways and every step misses to L2 (8 A
 // rows 8 KiB apart + 3 B rows on AVX-512). In the copy, rows are one line more than a
 // multiple of 1 KiB apart, so they fall in distinct sets. It reads and writes M x K
-// elements per thread, against N x K weights read. Zen 4, N x K = 4M elements in L3, 2 threads, alternating in one
-// process, K = 4096: bf16 M = 6 / 8 309 -> 379 GFLOP/s (72% -> 88% of the dot peak), f32 M = 6 / 8
-// 155 -> 189 / 59 -> 121; from DRAM (N = K = 4096, 8 weight copies) bf16 M = 6 / 8 +7% /
-// +10%, f32 M = 8 14.4 -> 24.2 GB/s. ([K, N] B copies A a block at a time already.)
+// elements per thread, against N x K weights read. Zen 4, 2 threads, alternating in one
+// process, K = 4096, N x K = 4M elements in L3: bf16 M = 6 / 8 309 -> 379 GFLOP/s (72% ->
+// 88% of the dot peak), f32 M = 6 / 8 155 -> 189 / 59 -> 121; from DRAM (N = K = 4096, 8
+// weight copies) bf16 M = 6 / 8 +7% / +10%, f32 M = 8 14.4 -> 24.2 GB/s. ([K, N] B copies
+// A a block at a time already.)
 int64_t gemv_a_stride(const GemmParams& p) {
   const int64_t M = p.a.sizes[0], es = int64_t(dtype_size(p.a.dtype));
   if (p.b_kn || M < 4 || (p.a.strides[0] * es) % 1024 != 0) return 0;
@@ -615,7 +616,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // 16 / 24 / 32 / 64 / 128 -12 / -16 / -16 / -15 / -11 / -7 / -5% time, f32 M = 9 /
         // 16 / 32 / 64 -18 / -19 / -13 / -8%; B in L3 level.
         int64_t run_lines = 0, run_stride = 0, call0 = 0, pack_calls = 1;
-        if (!p.packed_b && kt.l2_runs && !i8_dp && mrows > kMR && bp != nullptr && !ready) {
+        if (!p.packed_b && kt.l2_runs && !i8_dp && mrows > kMR && !ready && !strips(mrows)) {
           const int64_t kb0 = kb - kb % pl.kpack, kn0 = kb0 + pl.kpack < K ? kb0 + pl.kpack : 0;
           const int64_t jn = kn0 > 0 ? jb : next_jb;
           if (jn >= 0) {
