@@ -42,7 +42,7 @@ inline constexpr int64_t kAmxKc = 2048;
 //   l2_next   `l2_lines` cache lines the driver wants pulled into L2 (a slice of the next
 //             B micro-panel, or of the rows an unpacked B packs next), spread evenly over
 //             the call's steps (L2Lines). All of them: at one line per step, a call of
-//             2-3 row slices (7-18 rows) had shares of up to 4x its steps, and the rest
+//             2-3 row slices (7-18 rows) had shares of up to 2x its steps, and the rest
 //             of the next panel came from DRAM on demand (AVX-512, 2816 x 2048 from
 //             DRAM, 2 threads, alternating in one process: bf16 M = 12 / 16 0.390 /
 //             0.464 -> 0.346 / 0.437 ms, f32 M = 8 / 12 / 16 1.38x / 1.33x / 1.19x;
