@@ -558,17 +558,15 @@ template <int M, int NB, bool kAhead, class TA, class TB>
 OPTX_ALWAYS_INLINE void gemv_rows_group(const GemvRowsArgs& g, const GemvRowGroup<NB, TB>& grp, int r0, int n0) {
   const TA* a = static_cast<const TA*>(g.a) + r0 * g.lda;
   const int64_t K8 = g.K / 8 * 8;
-  constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
   const auto& b = grp.b;
-  const int nb = grp.nb, ahead = grp.ahead;
+  const int nb = grp.nb;
   __m256 c[M][NB];
 #pragma GCC unroll 8
   for (auto& row : c)
 #pragma GCC unroll 4
     for (auto& x : row) x = _mm256_setzero_ps();
   for (int64_t k = 0; k < K8; k += 8) {
-    if (kAhead && k % kLine == 0)
-      for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
+    if (kAhead) grp.run_ahead(k, g.ldb);
     __m256 bv[NB];
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) bv[j] = simd::Avx2::load(b[j] + k);

@@ -347,20 +347,18 @@ void gemv_rows_pass(const GemvRowsArgs& g) {
   using TB = typename Op::TB;
   const auto* a = static_cast<const typename Op::TA*>(g.a);
   const int64_t Kv = g.K / Op::kStep * Op::kStep;
-  constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
-  static_assert(kLine % Op::kStep == 0);
+  static_assert(64 / sizeof(TB) % Op::kStep == 0);  // run_ahead's line test lands on steps
   for (int n0 = 0; n0 < g.nb; n0 += NB) {
     const GemvRowGroup<NB, TB> grp(g, n0, kAhead);
     const auto& b = grp.b;
-    const int nb = grp.nb, ahead = grp.ahead;
+    const int nb = grp.nb;
     __m512 c[M][NB];
 #pragma GCC unroll 8
     for (auto& row : c)
 #pragma GCC unroll 8
       for (auto& x : row) x = _mm512_setzero_ps();
     for (int64_t k = 0; k < Kv; k += Op::kStep) {
-      if (kAhead && k % kLine == 0)
-        for (int j = 0; j < ahead; ++j) _mm_prefetch(reinterpret_cast<const char*>(b[j] + NB * g.ldb + k), _MM_HINT_T1);
+      if (kAhead) grp.run_ahead(k, g.ldb);
       gemv_rows_step<Op, M, NB>(c, a, g.lda, b, k, Op::kStep);
     }
     if (Kv < g.K) gemv_rows_step<Op, M, NB>(c, a, g.lda, b, Kv, int(g.K - Kv));

@@ -154,6 +154,13 @@ struct GemvRowGroup {
     const int rest = g.nb - n0 - NB;
     ahead = !l2 || rest < 0 ? 0 : rest < NB ? rest : NB;
   }
+  // At element k of the group's rows: as their loads cross a line, the same line of each
+  // of the `ahead` rows after them into L2.
+  OPTX_ALWAYS_INLINE void run_ahead(int64_t k, int64_t ldb) const {
+    constexpr int64_t kLine = 64 / int64_t(sizeof(TB));  // B elements per cache line
+    if (k % kLine == 0)
+      for (int j = 0; j < ahead; ++j) __builtin_prefetch(b[j] + NB * ldb + k, 0, 2);
+  }
 };
 
 inline constexpr int kGemv2MaxRows = 6;  // rows of the two-panel decode kernels (KernelTable)
