@@ -490,17 +490,19 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   // pack buffer is sized for it).
   const bool i8_dp = use_dp && bt == DType::kI8;  // int8 blocks become bf16 pairs in pbuf, pl.kc rows at a time
   const int64_t kblock = use_dp && p.packed_b && !i8_dp ? std::max(pl.kc, kDpKc) : pl.kc;
-  // An identity epilogue (f32 C, alpha 1, beta 0, no bias; f32 B, bf16 B in strips, or
-  // bf16 x bf16 on the dot-product kernel):
+  // An identity epilogue (alpha 1, beta 0, no bias; f32 C from f32 B, bf16 B in strips,
+  // or bf16 x bf16 on the dot-product kernel, which also rounds to a bf16 C itself):
   // the last K block stores whole panels straight into C, without the scratch round trip
-  // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%). Edge panels
-  // narrower than 64 keep the epilogue.
-  const bool identity = !pl.swiglu && p.c.dtype == DType::kF32 && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
-  auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> float* {
-    const bool kernel_stores =
-        (use_dp && !i8_dp) || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
+  // and the epilogue pass (3% of a 1-thread f32 2048^3 GEMM; bf16 2.4%; bf16 C: 2.5% of the
+  // samples of a 2-thread bf16 2048^3). Edge panels narrower than 64 keep the epilogue.
+  const bool c_bf16 = p.c.dtype == DType::kBF16;
+  const bool identity = !pl.swiglu && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
+  auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> void* {
+    const bool dp_stores = use_dp && !i8_dp;
+    const bool kernel_stores = c_bf16 ? dp_stores
+                                      : dp_stores || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
     if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
-    return static_cast<float*>(p.c.data) + row0 * ldc + j * kNR;
+    return static_cast<char*>(p.c.data) + size_t(row0 * ldc + j * kNR) * dtype_size(p.c.dtype);
   };
 
   Claims chunks(r.ic0, r.ic1, r.chunks);
@@ -571,8 +573,10 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     };
     // Reduces B panel jb over all of K into dst (mrows x 64). next_jb is the panel this
     // thread reads after it (-1: none); its first block is pulled into L2 meanwhile.
-    // c_out (direct_c): the last K block stores the tile into C there instead of dst.
-    auto compute = [&](int64_t jb, int64_t next_jb, float* dst, float* c_out = nullptr) {
+    // c_out (direct_c): the last K block stores the tile into C there instead of dst (a
+    // bf16 C only from the dot-product kernel).
+    auto compute = [&](int64_t jb, int64_t next_jb, float* dst, void* c_out = nullptr) {
+      const auto c_f32 = [&](int ir) { return static_cast<float*>(c_out) + ir * ldc; };
       // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
       for (int64_t kb = 0; kb == 0 || kb < K; kb += kblock) {
         const int64_t kcur = std::min(kblock, K - kb);
@@ -667,7 +671,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
               const int ir = sl.first(sv);
               float* tile = dst + ir * kNR + 16 * s;
               kt.f32_strip(sl.rows(sv), kcur, af + a_off(sv), strip, tile, kb > 0,
-                           l2_share(s * sl.count + sv, kNR / 16 * sl.count, false), to_c ? c_out + ir * ldc + 16 * s : tile,
+                           l2_share(s * sl.count + sv, kNR / 16 * sl.count, false), to_c ? c_f32(ir) + 16 * s : tile,
                            to_c ? ldc : kNR);
             }
           }
@@ -682,10 +686,11 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           const int ir = sl.first(sv), m = sl.rows(sv);
           const Prefetch pf = l2_share(sv, sl.count, sv == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf, to_c ? c_out + ir * ldc : dst + ir * kNR,
-                      to_c ? ldc : kNR);
+            kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf,
+                      to_c ? static_cast<void*>(static_cast<char*>(c_out) + size_t(ir * ldc) * dtype_size(p.c.dtype)) : dst + ir * kNR,
+                      to_c ? ldc : kNR, to_c && c_bf16);
           else if (to_c)
-            kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_out + ir * ldc, ldc);
+            kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_f32(ir), ldc);
           else
             kern(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
         }
@@ -698,7 +703,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         epilogue_panel(p, pl.n_out, kt, acc, row0, mrows, j, packed_scales(j), acc_up, packed_scales(j + up));
         return;
       }
-      if (float* c = direct_c(row0, mrows, j)) {
+      if (void* c = direct_c(row0, mrows, j)) {
         compute(j, next, acc, c);
         return;
       }

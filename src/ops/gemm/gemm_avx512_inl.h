@@ -45,6 +45,15 @@ OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], float* out, int64_t ldo = 
     for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + r * ldo + 16 * i, c[r][i]);
 }
 
+// The tile into a bf16 C, rounded as the epilogue's Avx512::store rounds.
+template <int M>
+OPTX_ALWAYS_INLINE void store_tile(__m512 (&c)[M][4], uint16_t* out, int64_t ldo) {
+#pragma GCC unroll 8
+  for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) simd::Avx512::store(out + r * ldo + 16 * i, c[r][i]);
+}
+
 // a: packed A micro-panel, [k][kMR] (see gemm_kernels.h).
 template <int M>
 OPTX_ALWAYS_INLINE void fma_row(__m512 (&c)[M][4], const __m512 (&b)[4], const float* a,
@@ -201,7 +210,7 @@ void kern_i8b(int m, int64_t kc, const float* a, const void* b, float* acc, bool
 // a: packed A micro-panel of bf16 pairs, [k/2][kMR][2]; an odd kc reads the zero pad.
 template <int M, bool kStream>
 void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bool accumulate,
-                   const Prefetch& pf, float* out, int64_t ldo) {
+                   const Prefetch& pf, void* out, int64_t ldo, bool out_bf16) {
   const uint16_t* b = static_cast<const uint16_t*>(bv);
   __m512 c[M][4];
   load_tile<M>(c, acc, accumulate);
@@ -223,7 +232,8 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
       for (int i = 0; i < 4; ++i) c[r][i] = _mm512_dpbf16_ps(c[r][i], av, bb[i]);
     }
   }
-  store_tile<M>(c, out, ldo);
+  if (out_bf16) store_tile<M>(c, static_cast<uint16_t*>(out), ldo);
+  else store_tile<M>(c, static_cast<float*>(out), ldo);
 }
 
 // The dot-product kernel's A micro-panel from six bf16 rows: dword p * kMR + r of dst is
@@ -286,9 +296,9 @@ void kern_bf16dp_m(int64_t kc, const uint16_t* a, const void* bv, float* acc, bo
 }
 
 [[maybe_unused]] void kern_bf16dp(int m, int64_t kc, const uint16_t* a, const void* b, float* acc, bool accumulate,
-                                  const Prefetch& pf, float* c, int64_t ldc) {
+                                  const Prefetch& pf, void* c, int64_t ldc, bool c_bf16) {
   const bool stream = pf.stream;
-  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf, c, ldc)
+  OPTX_DISPATCH_M(kern_bf16dp_m, kc, a, b, acc, accumulate, pf, c, ldc, c_bf16)
 }
 
 #endif

@@ -86,9 +86,10 @@ using KernelF32A = void (*)(int m, int64_t kc, const float* a, const void* b, fl
 using KernelF32Out = void (*)(int m, int64_t kc, const float* a, const void* b, float* acc,
                               bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
 // As KernelF32Out with A as bf16 pairs; c is acc itself (ldc 64) except in a GEMM's
-// direct-to-C last block.
+// direct-to-C last block, where C may be bf16 (c_bf16: the tile rounded as the epilogue
+// rounds, ldc in elements).
 using KernelBf16A = void (*)(int m, int64_t kc, const uint16_t* a, const void* b, float* acc,
-                             bool accumulate, const Prefetch& pf, float* c, int64_t ldc);
+                             bool accumulate, const Prefetch& pf, void* c, int64_t ldc, bool c_bf16);
 // The first `pairs` bf16 pairs of kMR rows as the dot-product kernel's A micro-panel
 // (dword p * kMR + r = row r's pair p); returns how many it wrote (the caller packs the
 // rest).

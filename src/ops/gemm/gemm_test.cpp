@@ -207,17 +207,20 @@ std::vector<Case> edge_cases() {
         c.beta = M == 5 ? 0.5f : 0.0f;
         cs.push_back(c);
       }
-  // The identity epilogue (f32 C, alpha 1, beta 0, no bias) over several K blocks: the
-  // last block's tile goes straight into C, onto the blocks accumulated before it.
+  // The identity epilogue (alpha 1, beta 0, no bias) over several K blocks: the last
+  // block's tile goes straight into C, onto the blocks accumulated before it; f32, and
+  // bf16 x bf16 into a bf16 C (the dot-product kernel rounds its tile itself; packed
+  // K = 2100 is two of its K blocks).
   for (auto [M, N, K] : {std::tuple{17, 128, 300}, {200, 130, 129}, {36, 70, int(kAmxKc) + 52}})
-    for (bool packed : {false, true}) {
-      Case c;
-      c.M = M, c.N = N, c.K = K;
-      c.a = c.b = c.c = DType::kF32;
-      c.packed = packed;
-      c.ldc_pad = packed ? 3 : 0;
-      cs.push_back(c);
-    }
+    for (bool packed : {false, true})
+      for (DType t : {DType::kF32, DType::kBF16}) {
+        Case c;
+        c.M = M, c.N = N, c.K = K;
+        c.a = c.b = c.c = t;
+        c.packed = packed;
+        c.ldc_pad = packed ? 3 : 0;
+        cs.push_back(c);
+      }
   // Fused SwiGLU: decode pairs (gemv4 takes two outputs per call, I = 192 leaves one
   // over), vector and AMX row blocks (M > 16, M > 32), K tails, padded C rows.
   for (auto [M, I, K] : {std::tuple{1, 64, 17}, {1, 192, 100}, {2, 192, 301}, {3, 128, 64}, {6, 128, 301}, {7, 64, 1}, {17, 128, 33},
@@ -251,6 +254,43 @@ TEST(Gemm, EveryImplementationMatchesReference) {
       if (!out.cmp.pass && ++failures > 5) FAIL() << "too many failures for " << impl->name;
     }
   }
+}
+
+// A bf16 C holds the f32 C of the same call rounded to nearest even, bit for bit (zeros of
+// either sign alike): the C dtype changes only the last rounding, whether the epilogue
+// does it or the dot-product kernel stores its tile straight into C. Row counts for the
+// decode paths, one and several row slices and chunks; packed and unpacked B; K over one
+// and two dot-product K blocks; a panel tail.
+TEST(Gemm, Bf16COfACallIsItsF32CRounded) {
+  for (const auto* impl : registry().runnable())
+    for (auto [M, N, K] : {std::tuple{3, 130, 40}, {13, 192, 2100}, {40, 130, 300}, {300, 64, 77}})
+      for (bool packed : {false, true}) {
+        testing::Rng rng(uint64_t(M * 7 + K));
+        std::vector<uint16_t> a(size_t(M * K)), b(size_t(N * K)), c16(size_t(M * N));
+        std::vector<float> c32(size_t(M * N));
+        testing::fill_bf16(a.data(), M * K, rng);
+        testing::fill_bf16(b.data(), N * K, rng);
+        PackedWeights pw;
+        if (packed) {
+          ASSERT_TRUE(pack_weights({.w = make_view(b.data(), DType::kBF16, {N, K})}, &pw).ok());
+        }
+        auto call = [&](void* c, DType ct) {
+          GemmParams p{.a = make_view(a.data(), DType::kBF16, {M, K}), .c = make_view(c, ct, {M, N})};
+          if (packed) p.packed_b = &pw[0];
+          else p.b = make_view(b.data(), DType::kBF16, {N, K});
+          std::vector<uint8_t> ws(gemm_workspace_size(p));
+          return run_impl(*impl, p, {ws.data(), ws.size()});
+        };
+        ASSERT_TRUE(call(c32.data(), DType::kF32).ok());
+        ASSERT_TRUE(call(c16.data(), DType::kBF16).ok());
+        int bad = 0;
+        for (size_t i = 0; i < c16.size() && bad < 5; ++i) {
+          const uint16_t want = f32_to_bf16(c32[i]);
+          if (c16[i] != want && ((c16[i] | want) & 0x7fff) != 0)
+            ++bad, ADD_FAILURE() << impl->name << " M=" << M << " N=" << N << " K=" << K << " packed=" << packed << " element " << i
+                                 << ": " << std::hex << c16[i] << " vs " << want;
+        }
+      }
 }
 
 TEST(Gemm, ZeroSizedDimensions) {
