@@ -137,6 +137,54 @@ OPTX_ALWAYS_INLINE __m512 sum16(__m512 (&a)[16]) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, 0x88), _mm512_shuffle_f32x4(v01, v23, 0xdd));
 }
 
+// Four rows' q (one KV head's, R = 4) as the operand of scores_quad: vector t holds row
+// r's pairs 4t .. 4t + 3 (elements 8t .. 8t + 7) in its 128-bit lane r.
+void quad_q(const uint16_t* const* q, int ng, __m512i* dst) {
+  const auto part = [&](int r, int t) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + 8 * t)); };
+  for (int t = 0; t < ng; ++t) {
+    __m512i v = _mm512_castsi128_si512(part(0, t));
+    v = _mm512_inserti32x4(v, part(1, t), 1);
+    v = _mm512_inserti32x4(v, part(2, t), 2);
+    _mm512_store_si512(dst + t, _mm512_inserti32x4(v, part(3, t), 3));
+  }
+}
+
+// S[r][c0 .. c0 + 15] = scale * q_r . k_i for the four rows of one KV head and 16 keys,
+// D = 8 NG: one vdpbf16ps chain per key, its lane 4r + j summing row r's pairs 4t + j
+// against the same pairs of k_i (16 bytes of the K row broadcast to all four lanes; qg
+// from quad_q). The rows share every K load and the 16 q vectors stay in registers, where
+// a chain per (row, key) over D's 16-pair slices (sum16 per row) loads each K line once
+// per row and folds 16 vectors per row: 44 shuffles and adds fold the four rows here,
+// 180 there.
+template <int NG>
+void scores_quad(const uint16_t* const* k, const __m512i* qg, __m512 scale, float (*S)[kKvBlock], int64_t c0) {
+  __m512bh qv[NG];
+  for (int t = 0; t < NG; ++t) qv[t] = (__m512bh)_mm512_load_si512(qg + t);
+  __m512 c[4];  // c[m]: keys 4m .. 4m + 3 of row r in 128-bit lane r
+  for (int h = 0; h < 2; ++h) {
+    __m512 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int t = 0; t < NG; ++t)
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m128i kk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k[8 * h + i] + 8 * t));
+        a[i] = _mm512_dpbf16_ps(a[i], qv[t], (__m512bh)_mm512_broadcast_i32x4(kk));
+      }
+    // Per 128-bit lane: [j0 + j1, j2 + j3] of two keys, then whole sums of four.
+    const auto fold = [](__m512 x, __m512 y) { return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xdd)); };
+    const __m512 b0 = fold(a[0], a[1]), b1 = fold(a[2], a[3]), b2 = fold(a[4], a[5]), b3 = fold(a[6], a[7]);
+    c[2 * h] = fold(b0, b1), c[2 * h + 1] = fold(b2, b3);
+  }
+  // 4 x 4 transpose of 128-bit lanes: row r's 16 keys from lane r of c[0 .. 3].
+  const __m512 u0 = _mm512_shuffle_f32x4(c[0], c[1], 0x44), u1 = _mm512_shuffle_f32x4(c[0], c[1], 0xee);
+  const __m512 u2 = _mm512_shuffle_f32x4(c[2], c[3], 0x44), u3 = _mm512_shuffle_f32x4(c[2], c[3], 0xee);
+  _mm512_store_ps(&S[0][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u0, u2, 0x88), scale));
+  _mm512_store_ps(&S[1][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u0, u2, 0xdd), scale));
+  _mm512_store_ps(&S[2][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u1, u3, 0x88), scale));
+  _mm512_store_ps(&S[3][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u1, u3, 0xdd), scale));
+}
+
 // The order P . V leaves 32 accumulator columns in, and the permutations to and from O's.
 // Widened FMAs (kPairs false): each V row widened by a shift and a mask (bf16 is the top
 // half of an f32) splits the columns into the even and the odd ones. vdpbf16ps on key
@@ -275,6 +323,10 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     vlo[r] = v.lo, vhi[r] = v.hi;
   }
   const auto [lo, hi] = job_keys(c, j, NR);
+  // Four rows per KV head on the dot-product kernel (GQA 4 at Sq = 1): scores_quad.
+  const int quad_ng = !kFma && R == 4 && D <= 128 ? int(D / 8) : 0;
+  alignas(64) __m512i qg[R == 4 ? kMaxRows / 4 * 16 : 1];
+  for (int g = 0; quad_ng && g < G; ++g) quad_q(q + g * R, quad_ng, qg + g * 16);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
   // i8 K / V caches (q8) are read as int8, nothing dequantised into staging: scores
@@ -529,6 +581,15 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
         for (int i = 0; i < 16; ++i) k[i] = static_cast<const uint16_t*>(kp[c0 + std::min(i, nc - 1)]) + g * j.k_goff;
         if constexpr (kFma) {
           scores_fma<R>(k, qw + g * R * D, D, scale, nullptr, S + g * R, c0, pf);
+          continue;
+        }
+        if (quad_ng) {
+          switch (quad_ng) {
+            case 4: scores_quad<4>(k, qg + g * 16, scale, S + g * R, c0); break;
+            case 8: scores_quad<8>(k, qg + g * 16, scale, S + g * R, c0); break;
+            case 12: scores_quad<12>(k, qg + g * 16, scale, S + g * R, c0); break;
+            default: scores_quad<16>(k, qg + g * 16, scale, S + g * R, c0); break;
+          }
           continue;
         }
         for (int r = 0; r < R; ++r) {

@@ -450,6 +450,10 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                // 4 rows per job, Dv = 96: a full 64-column P . V
                                                // pass, then a partial one
                                                {1, 1, 8, 2, 96, std::vector<int32_t>{600}},
+                                               // 4 rows per KV head at D = 32 / 64 (scores_quad's
+                                               // 4 and 8 q groups; 96 and 128 above), a block tail
+                                               {1, 1, 8, 2, 32, std::vector<int32_t>{77}},
+                                               {1, 1, 16, 4, 64, std::vector<int32_t>{150}},
                                                // 24 rows over one KV head: the AVX2 many-row
                                                // path's 16-row and 8-row score groups
                                                {1, 3, 8, 1, 64, std::vector<int32_t>{300}},
