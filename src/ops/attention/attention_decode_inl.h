@@ -247,7 +247,8 @@ struct RowLines {
 //            built once per job; 4 TDPBF16PS per 128 of D, two KV heads at a time.
 //            Otherwise widened FMAs (scores_fma, kFma) or, where vdpbf16ps is fast,
 //            vdpbf16ps of the q row against the raw K rows into 16 accumulators, then
-//            one sum16.
+//            one sum16 (four rows per KV head: scores_quad, one chain per key serving
+//            all four).
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
 //   P . V    a column chunk of every row held in registers for the whole block
 //            (R x CH / 16 zmm). AMX unit: f32 FMAs of p against the V row widened by a

@@ -498,9 +498,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const bool c_bf16 = p.c.dtype == DType::kBF16;
   const bool identity = !pl.swiglu && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
   auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> void* {
-    const bool dp_stores = use_dp && !i8_dp;
-    const bool kernel_stores = c_bf16 ? dp_stores
-                                      : dp_stores || (bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows));
+    const bool dp_stores = use_dp && !i8_dp;  // f32 or bf16 C
+    const bool f32_stores = bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows);
+    const bool kernel_stores = dp_stores || (!c_bf16 && f32_stores);
     if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
     return static_cast<char*>(p.c.data) + size_t(row0 * ldc + j * kNR) * dtype_size(p.c.dtype);
   };
@@ -576,7 +576,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     // c_out (direct_c): the last K block stores the tile into C there instead of dst (a
     // bf16 C only from the dot-product kernel).
     auto compute = [&](int64_t jb, int64_t next_jb, float* dst, void* c_out = nullptr) {
-      const auto c_f32 = [&](int ir) { return static_cast<float*>(c_out) + ir * ldc; };
+      const auto c_row = [&](int ir) -> void* { return static_cast<char*>(c_out) + size_t(ir * ldc) * dtype_size(p.c.dtype); };
+      const auto c_f32 = [&](int ir) { return static_cast<float*>(c_row(ir)); };
       // K == 0 still runs one (empty) block so the tile is zeroed before the epilogue.
       for (int64_t kb = 0; kb == 0 || kb < K; kb += kblock) {
         const int64_t kcur = std::min(kblock, K - kb);
@@ -686,8 +687,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           const int ir = sl.first(sv), m = sl.rows(sv);
           const Prefetch pf = l2_share(sv, sl.count, sv == 0);
           if (use_dp)
-            kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf,
-                      to_c ? static_cast<void*>(static_cast<char*>(c_out) + size_t(ir * ldc) * dtype_size(p.c.dtype)) : dst + ir * kNR,
+            kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf, to_c ? c_row(ir) : dst + ir * kNR,
                       to_c ? ldc : kNR, to_c && c_bf16);
           else if (to_c)
             kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_f32(ir), ldc);
