@@ -149,6 +149,15 @@ void quad_q(const uint16_t* const* q, int ng, __m512i* dst) {
   }
 }
 
+// _mm512_shuffle_ps / _mm512_shuffle_f32x4 (and below _mm512_broadcast_i32x4) written as
+// their all-lanes masked forms, the same instructions: GCC 12's plain forms pass an
+// undefined vector through, which its -Wuninitialized reports where scores_quad is
+// inlined into a loop.
+template <int kImm>
+OPTX_ALWAYS_INLINE __m512 shuffle_ps(__m512 a, __m512 b) { return _mm512_mask_shuffle_ps(a, __mmask16(0xffff), a, b, kImm); }
+template <int kImm>
+OPTX_ALWAYS_INLINE __m512 shuffle_f32x4(__m512 a, __m512 b) { return _mm512_mask_shuffle_f32x4(a, __mmask16(0xffff), a, b, kImm); }
+
 // S[r][c0 .. c0 + 15] = scale * q_r . k_i for the four rows of one KV head and 16 keys,
 // D = 8 NG: one vdpbf16ps chain per key, its lane 4r + j summing row r's pairs 4t + j
 // against the same pairs of k_i (16 bytes of the K row broadcast to all four lanes; qg
@@ -169,20 +178,20 @@ void scores_quad(const uint16_t* const* k, const __m512i* qg, __m512 scale, floa
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {
         const __m128i kk = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k[8 * h + i] + 8 * t));
-        a[i] = _mm512_dpbf16_ps(a[i], qv[t], (__m512bh)_mm512_broadcast_i32x4(kk));
+        a[i] = _mm512_dpbf16_ps(a[i], qv[t], (__m512bh)_mm512_maskz_broadcast_i32x4(__mmask16(0xffff), kk));
       }
     // Per 128-bit lane: [j0 + j1, j2 + j3] of two keys, then whole sums of four.
-    const auto fold = [](__m512 x, __m512 y) { return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xdd)); };
+    const auto fold = [](__m512 x, __m512 y) { return _mm512_add_ps(shuffle_ps<0x88>(x, y), shuffle_ps<0xdd>(x, y)); };
     const __m512 b0 = fold(a[0], a[1]), b1 = fold(a[2], a[3]), b2 = fold(a[4], a[5]), b3 = fold(a[6], a[7]);
     c[2 * h] = fold(b0, b1), c[2 * h + 1] = fold(b2, b3);
   }
   // 4 x 4 transpose of 128-bit lanes: row r's 16 keys from lane r of c[0 .. 3].
-  const __m512 u0 = _mm512_shuffle_f32x4(c[0], c[1], 0x44), u1 = _mm512_shuffle_f32x4(c[0], c[1], 0xee);
-  const __m512 u2 = _mm512_shuffle_f32x4(c[2], c[3], 0x44), u3 = _mm512_shuffle_f32x4(c[2], c[3], 0xee);
-  _mm512_store_ps(&S[0][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u0, u2, 0x88), scale));
-  _mm512_store_ps(&S[1][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u0, u2, 0xdd), scale));
-  _mm512_store_ps(&S[2][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u1, u3, 0x88), scale));
-  _mm512_store_ps(&S[3][c0], _mm512_mul_ps(_mm512_shuffle_f32x4(u1, u3, 0xdd), scale));
+  const __m512 u0 = shuffle_f32x4<0x44>(c[0], c[1]), u1 = shuffle_f32x4<0xee>(c[0], c[1]);
+  const __m512 u2 = shuffle_f32x4<0x44>(c[2], c[3]), u3 = shuffle_f32x4<0xee>(c[2], c[3]);
+  _mm512_store_ps(&S[0][c0], _mm512_mul_ps(shuffle_f32x4<0x88>(u0, u2), scale));
+  _mm512_store_ps(&S[1][c0], _mm512_mul_ps(shuffle_f32x4<0xdd>(u0, u2), scale));
+  _mm512_store_ps(&S[2][c0], _mm512_mul_ps(shuffle_f32x4<0x88>(u1, u3), scale));
+  _mm512_store_ps(&S[3][c0], _mm512_mul_ps(shuffle_f32x4<0xdd>(u1, u3), scale));
 }
 
 // The order P . V leaves 32 accumulator columns in, and the permutations to and from O's.
@@ -247,8 +256,8 @@ struct RowLines {
 //            built once per job; 4 TDPBF16PS per 128 of D, two KV heads at a time.
 //            Otherwise widened FMAs (scores_fma, kFma) or, where vdpbf16ps is fast,
 //            vdpbf16ps of the q row against the raw K rows into 16 accumulators, then
-//            one sum16 (four rows per KV head: scores_quad, one chain per key serving
-//            all four).
+//            one sum16 (four or eight rows per KV head: scores_quad, one chain per key
+//            serving four rows).
 //   softmax  per row over a block of 64 keys, exp vectorised over keys;
 //   P . V    a column chunk of every row held in registers for the whole block
 //            (R x CH / 16 zmm). AMX unit: f32 FMAs of p against the V row widened by a
@@ -324,10 +333,11 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
     vlo[r] = v.lo, vhi[r] = v.hi;
   }
   const auto [lo, hi] = job_keys(c, j, NR);
-  // Four rows per KV head on the dot-product kernel (GQA 4 at Sq = 1): scores_quad.
-  const int quad_ng = !kFma && R == 4 && D <= 128 ? int(D / 8) : 0;
-  alignas(64) __m512i qg[R == 4 ? kMaxRows / 4 * 16 : 1];
-  for (int g = 0; quad_ng && g < G; ++g) quad_q(q + g * R, quad_ng, qg + g * 16);
+  // Four or eight rows per KV head on the dot-product kernel (GQA 4 at Sq = 1 or 2, GQA 8
+  // at Sq = 1): scores_quad, a quad of rows at a time.
+  const int quad_ng = !kFma && R % 4 == 0 && D <= 128 ? int(D / 8) : 0;
+  alignas(64) __m512i qg[R % 4 == 0 ? kMaxRows / 4 * 16 : 1];
+  for (int qq = 0; quad_ng && qq < NR / 4; ++qq) quad_q(q + 4 * qq, quad_ng, qg + qq * 16);
   const void* kp[2 * kBlock];
   const void* vp[2 * kBlock];
   // i8 K / V caches (q8) are read as int8, nothing dequantised into staging: scores
@@ -584,15 +594,15 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           scores_fma<R>(k, qw + g * R * D, D, scale, nullptr, S + g * R, c0, pf);
           continue;
         }
-        if (quad_ng) {
+        for (int qq = g * R / 4; quad_ng && qq < (g + 1) * R / 4; ++qq) {
           switch (quad_ng) {
-            case 4: scores_quad<4>(k, qg + g * 16, scale, S + g * R, c0); break;
-            case 8: scores_quad<8>(k, qg + g * 16, scale, S + g * R, c0); break;
-            case 12: scores_quad<12>(k, qg + g * 16, scale, S + g * R, c0); break;
-            default: scores_quad<16>(k, qg + g * 16, scale, S + g * R, c0); break;
+            case 4: scores_quad<4>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
+            case 8: scores_quad<8>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
+            case 12: scores_quad<12>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
+            default: scores_quad<16>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
           }
-          continue;
         }
+        if (quad_ng) continue;
         for (int r = 0; r < R; ++r) {
           const uint16_t* qr = q[g * R + r];
           __m512 a[16];

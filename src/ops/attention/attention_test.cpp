@@ -454,6 +454,8 @@ TEST(PagedDecode, MatchesNaiveSplitOrNot) {
                                                // 4 and 8 q groups; 96 and 128 above), a block tail
                                                {1, 1, 8, 2, 32, std::vector<int32_t>{77}},
                                                {1, 1, 16, 4, 64, std::vector<int32_t>{150}},
+                                               // 8 rows per KV head (GQA 8): two quads
+                                               {1, 1, 16, 2, 128, std::vector<int32_t>{300}},
                                                // 24 rows over one KV head: the AVX2 many-row
                                                // path's 16-row and 8-row score groups
                                                {1, 3, 8, 1, 64, std::vector<int32_t>{300}},
