@@ -336,6 +336,7 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
   // Four or eight rows per KV head on the dot-product kernel (GQA 4 at Sq = 1 or 2, GQA 8
   // at Sq = 1): scores_quad, a quad of rows at a time.
   const int quad_ng = !kFma && R % 4 == 0 && D <= 128 ? int(D / 8) : 0;
+  const auto quad = quad_ng == 4 ? scores_quad<4> : quad_ng == 8 ? scores_quad<8> : quad_ng == 12 ? scores_quad<12> : scores_quad<16>;
   alignas(64) __m512i qg[R % 4 == 0 ? kMaxRows / 4 * 16 : 1];
   for (int qq = 0; quad_ng && qq < NR / 4; ++qq) quad_q(q + 4 * qq, quad_ng, qg + qq * 16);
   const void* kp[2 * kBlock];
@@ -594,15 +595,10 @@ void run_job_decode(const Config& c, const Job& j, float* scratch) {
           scores_fma<R>(k, qw + g * R * D, D, scale, nullptr, S + g * R, c0, pf);
           continue;
         }
-        for (int qq = g * R / 4; quad_ng && qq < (g + 1) * R / 4; ++qq) {
-          switch (quad_ng) {
-            case 4: scores_quad<4>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
-            case 8: scores_quad<8>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
-            case 12: scores_quad<12>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
-            default: scores_quad<16>(k, qg + qq * 16, scale, S + 4 * qq, c0); break;
-          }
+        if (quad_ng) {
+          for (int qq = g * R / 4; qq < (g + 1) * R / 4; ++qq) quad(k, qg + qq * 16, scale, S + 4 * qq, c0);
+          continue;
         }
-        if (quad_ng) continue;
         for (int r = 0; r < R; ++r) {
           const uint16_t* qr = q[g * R + r];
           __m512 a[16];

@@ -638,18 +638,18 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
             call0 = (kb - kb0) / kblock * sl.count, pack_calls = blocks * sl.count;
           }
         }
-        // Kernel call `call` of `calls` on this block pulls its share of next_b into L2.
+        // Kernel call `call` of `calls` on this block pulls its share of next_b into L2: of
+        // this block's calls, or, for runs, call0 + call of the pack block's pack_calls.
+        // One run (run_lines 0) is next_lines long.
         auto l2_share = [&](int64_t call, int64_t calls, bool stream) {
           Prefetch pf{.stream = stream};
-          if (next_b && run_lines > 0) {
-            const int64_t lo = next_lines * (call0 + call) / pack_calls, hi = next_lines * (call0 + call + 1) / pack_calls;
-            pf.l2_next = next_b + (lo / run_lines) * run_stride + 64 * (lo % run_lines);
+          if (next_b && next_lines > 0) {
+            const int64_t at = run_lines > 0 ? call0 + call : call, of = run_lines > 0 ? pack_calls : calls;
+            const int64_t run = run_lines > 0 ? run_lines : next_lines;
+            const int64_t lo = next_lines * at / of, hi = next_lines * (at + 1) / of;
+            pf.l2_next = next_b + (lo / run) * run_stride + 64 * (lo % run);
             pf.l2_lines = hi - lo;
-            pf.l2_run_lines = run_lines, pf.l2_run_stride = run_stride, pf.l2_run_skip = lo % run_lines;
-          } else if (next_b) {
-            const int64_t lo = next_lines * call / calls, hi = next_lines * (call + 1) / calls;
-            pf.l2_next = next_b + 64 * lo;
-            pf.l2_lines = hi - lo;
+            pf.l2_run_lines = run_lines, pf.l2_run_stride = run_stride, pf.l2_run_skip = run_lines > 0 ? lo % run : 0;
           }
           return pf;
         };
