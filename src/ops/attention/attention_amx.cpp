@@ -103,8 +103,17 @@ OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
   }
 }
 
+// The tile kernel's reach: bf16 with D and Dv multiples of 32 (whole tile steps); the
+// softcap, bias and masks are applied by the shared softmax (softmax_superblock).
+bool tiles_supported(const Config& c) {
+  return c.bf16 && c.D % 32 == 0 && c.Dv % 32 == 0 && c.D <= kMaxHeadDim && c.Dv <= kMaxHeadDim;
+}
+
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  if (!supported(c, j) || j.groups > 1 || j.nrows <= kDecodeRows || j.nrows > kAmxRows) return run_job_bf16(c, j, scratch);
+  // Jobs of up to kDecodeRows rows go to the few-row decode kernel where it takes them;
+  // where it does not (a softcap, mask or bias) they run here with idle row lanes.
+  const bool few = j.nrows <= kDecodeRows;
+  if (!tiles_supported(c) || j.groups > 1 || j.nrows > kAmxRows || (few && supported(c, j))) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   // Flash jobs of 33-64 rows run as two groups of 32 (each with its own Q^T, softmax
   // state and P rows) that share each superblock's K / V reads and V staging. In BSND a
