@@ -192,6 +192,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     if (q8) std::copy(sk_next, sk_next + n, sk);
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
     if (n_next) fetch(kb + kSuper, n_next);
+    if (rs.has_mask && masks_hide(j, kb, n)) continue;  // a superblock no row sees
     // The next superblock's rows are prefetched a slice per tile step (SpreadPrefetch).
     // Not in prefill (Config::kv_once): flash S = 4096 / 8192 ran 5-25% faster without them.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
