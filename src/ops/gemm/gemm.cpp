@@ -52,7 +52,7 @@ constexpr int64_t kUnpackedOneChunk = 3;  // make_plan: the panel split's row li
 constexpr int64_t kUnpackedOneChunkAmx = 6;  // the same for the AMX tiles
 constexpr int64_t kI8DpMinRows = 8;  // bf16 A x int8 B on the dot product from this many rows (dp_shape)
 constexpr int64_t kAmxMinRows = 4;
-constexpr int64_t kGemvRowsAmx = 6;  // unpacked bf16 rows the streaming kernels take on AMX hosts (streaming_gemv)
+constexpr int64_t kGemvRowsAmx = 6;  // unpacked bf16 [N, K] rows the streaming kernels take on AMX hosts (streaming_gemv)
 
 int64_t b_rows_n(const GemmParams& p) {
   if (p.packed_b) return p.packed_b->n;
@@ -835,11 +835,12 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 using GemvFn = void (*)(const GemvRowsArgs&);
 GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
   if (!streaming_shape(p)) return nullptr;
-  // Past kGemvRowsAmx rows a bf16 call runs faster on the AMX tiles (each panel packed
-  // once into L2, the one-chunk panel split): N = K = 4096, 2 threads, Sapphire Rapids
-  // VM, alternating in one process, streaming against tiles: M = 5 / 6 1.13 / 1.08x the
-  // other way, M = 7 / 8 0.86-0.88 / 0.81.
-  if (kt.amx_block && amx_eligible(p) && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
+  // Past kGemvRowsAmx rows a bf16 [N, K] call runs faster on the AMX tiles (each panel
+  // packed once into L2, the one-chunk panel split): N = K = 4096, 2 threads, Sapphire
+  // Rapids VM, alternating in one process, the tiles' time against the streaming
+  // kernels': M = 5 / 6 1.13 / 1.08x, M = 7 / 8 0.86-0.88 / 0.81x. A [K, N] B keeps
+  // gemv_kn: packing its panels costs more (M = 7 / 8 on the tiles 3.9 ms against 2.5-2.7).
+  if (kt.amx_block && amx_eligible(p) && !p.b_kn && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
   return p.b_kn ? kt.gemv_kn : kt.gemv_rows;
 }
 

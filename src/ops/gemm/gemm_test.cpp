@@ -163,7 +163,7 @@ std::vector<Case> edge_cases() {
         cs.push_back(c);
       }
   // Decode against unpacked weights (up to 8 rows; 9 leave the streaming paths, and bf16 A
-  // with bf16 B from 7 rows on AMX hosts: kGemvRowsAmx), strided A,
+  // with bf16 [N, K] B from 7 rows on AMX hosts: kGemvRowsAmx), strided A,
   // beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C:
   //   [N, K] (KernelTable::gemv_rows): every row count and its B-row grouping, K below and
   //          past a vector with a tail, N past a panel with a tail;
