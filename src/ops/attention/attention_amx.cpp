@@ -103,17 +103,8 @@ OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
   }
 }
 
-// The tile kernel's reach: bf16 with D and Dv multiples of 32 (whole tile steps); the
-// softcap, bias and masks are applied by the shared softmax (softmax_superblock).
-bool tiles_supported(const Config& c) {
-  return c.bf16 && c.D % 32 == 0 && c.Dv % 32 == 0 && c.D <= kMaxHeadDim && c.Dv <= kMaxHeadDim;
-}
-
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  // Jobs of up to kDecodeRows rows go to the few-row decode kernel where it takes them;
-  // where it does not (a softcap, mask or bias) they run here with idle row lanes.
-  const bool few = j.nrows <= kDecodeRows;
-  if (!tiles_supported(c) || j.groups > 1 || j.nrows > kAmxRows || (few && supported(c, j))) return run_job_bf16(c, j, scratch);
+  if (!pair_kernel_takes(c, j, 32, kAmxRows)) return run_job_bf16(c, j, scratch);  // 32: whole tile steps
   const int R = j.nrows;
   // Flash jobs of 33-64 rows run as two groups of 32 (each with its own Q^T, softmax
   // state and P rows) that share each superblock's K / V reads and V staging. In BSND a
@@ -177,6 +168,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   configure();
   const void* kp[kSuper];
   const void* vpp[kSuper];
+  const void* const* v8 = kv8 ? vpp : kp;  // int8 V pairs: V's rows, or the latent
   const void* kn[kSuper];
   const void* vn[kSuper];
   const int64_t k_lines = (D * 2 + 63) / 64, v_lines = (Dv * 2 + 63) / 64;
@@ -282,7 +274,6 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
           for (int p = 0; g == 0 && p < kSub / 2; ++p) {
             const int64_t k0 = s0 + 2 * p, k1 = k0 + 1;
             if (q8) {
-              const void* const* v8 = kv8 ? vpp : kp;  // V's rows, or the latent
               const int8_t* a = k0 < n ? static_cast<const int8_t*>(v8[k0]) + d : reinterpret_cast<const int8_t*>(kZeroRow);
               const int8_t* b = k1 < n ? static_cast<const int8_t*>(v8[k1]) + d : nullptr;
               stage_pairs(a, b, blo + p * 32, bhi + p * 32);

@@ -254,21 +254,14 @@ OPTX_ALWAYS_INLINE void stage_v_pairs(const void* const* rows, int64_t n, int64_
   }
 }
 
-// The job kernel's reach: bf16 with D and Dv multiples of 16 (Q^T's last pairs and P . V's
-// last 16 columns as tails: D = 80 ran the widening GEMM prefill at 0.42x D = 128's rate),
-// softcap, bias and mask in its softmax.
-bool dp_supported(const Config& c) {
-  return c.bf16 && c.D % 16 == 0 && c.Dv % 16 == 0 && c.D <= kMaxHeadDim && c.Dv <= kMaxHeadDim;
-}
-
 void run_job_dp(const Config& c, const Job& j, float* scratch) {
-  // Jobs of up to kDecodeRows rows go to the few-row decode kernel where it takes them;
-  // where it does not (D off the 32 grid, a softcap / mask / bias) they run here with
-  // idle row lanes rather than on the vector kernel: paged decode at D = 80, 32 / 8 heads,
+  // The kernel's reach: D and Dv multiples of 16 (Q^T's last pairs and P . V's last 16
+  // columns as tails: D = 80 ran the widening GEMM prefill at 0.42x D = 128's rate).
+  // Few-row jobs the decode kernel cannot take (D off the 32 grid, a softcap / mask /
+  // bias) run here rather than on the vector kernel: paged decode at D = 80, 32 / 8 heads,
   // from DRAM, old / new build back to back: B = 1 ctx 8k 6.5 -> 12.0 GB/s, B = 4 ctx 4k
   // 5.9 -> 15.2 (D = 128 beside: 22-23).
-  const bool few = j.nrows <= kDecodeRows;
-  if (!dp_supported(c) || j.groups > 1 || j.nrows > kDpRows || (few && supported(c, j))) return run_job_bf16(c, j, scratch);
+  if (!pair_kernel_takes(c, j, 16, kDpRows)) return run_job_bf16(c, j, scratch);
   const int R = j.nrows;
   // Flash jobs of 33-96 rows run as groups of 32 rows (each with its own Q^T, scores,
   // softmax state and P) that share each superblock's K / V reads and V staging: flash

@@ -21,12 +21,27 @@ OPTX_ALWAYS_INLINE __m512bh pair_bcast(const uint16_t* x, int64_t p) {
   return (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const i32_alias*>(x + 2 * p));
 }
 
-// bf16 with D and Dv multiples of 32, no softcap / mask / bias tensor.
+// bf16 with D and Dv multiples of `grid` (whole steps of a kernel over D), within the
+// head-dim bound.
+bool bf16_shapes(const Config& c, int64_t grid) {
+  return c.bf16 && c.D % grid == 0 && c.Dv % grid == 0 && c.D <= kMaxHeadDim && c.Dv <= kMaxHeadDim;
+}
+
+// The few-row decode kernel's reach: bf16 with D and Dv multiples of 32, no softcap / mask
+// / bias tensor.
 bool supported(const Config& c, const Job& j) {
-  if (!c.bf16 || c.D % 32 || c.Dv % 32 || c.softcap > 0.0f || c.D > kMaxHeadDim || c.Dv > kMaxHeadDim) return false;
+  if (!bf16_shapes(c, 32) || c.softcap > 0.0f) return false;
   for (int r = 0; r < j.nrows; ++r)
     if (j.rows[r].mask || j.rows[r].bias) return false;
   return true;
+}
+
+// Whether a pair job kernel (the AMX tiles, vdpbf16ps) takes a job: one KV head, up to
+// max_rows rows, D and Dv on its grid (softcap, bias and masks apply in the shared
+// vertical softmax). Jobs of up to kDecodeRows rows go to the few-row decode kernel where
+// it takes them, and run on the pair kernel with idle row lanes where it does not.
+bool pair_kernel_takes(const Config& c, const Job& j, int64_t grid, int max_rows) {
+  return bf16_shapes(c, grid) && j.groups == 1 && j.nrows <= max_rows && !(j.nrows <= kDecodeRows && supported(c, j));
 }
 
 // Sinks, normalisation, output and lse of a job's rows from the running max m, sum l

@@ -137,20 +137,27 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     const int64_t mc = (pl.M + int64_t(T) * per_thread - 1) / (int64_t(T) * per_thread);
     return std::min((mc + unit - 1) / unit * unit, mc_max);
   };
+  // The panel split (the else branch below says why): all rows in one chunk of m_all where
+  // they fit `chunks` L2 chunks of mc rows (a packed B: one, and only where packed_too)
+  // and the panels split evenly enough. The buffers stay sized for that many rows past
+  // it, so the workspace never shrinks as M grows.
+  auto panel_split = [&](int64_t mc, int64_t m_all, int64_t chunks, bool packed_too) {
+    const int64_t most = p.packed_b ? mc : chunks * mc;
+    if ((packed_too || !p.packed_b) && pl.M <= most && pl.out_panels >= 4 * T) pl.mc = m_all;
+    pl.mc_ws = std::min(most, m_all);
+  };
   if (amx) {  // packed bf16 A chunk of 1 MiB, 32-row multiples
     int64_t mc = kL2Budget / std::max<int64_t>(pl.lda_amx * 2, 1);
     mc = std::clamp<int64_t>(mc / kAmxRows * kAmxRows, kAmxRows, 8 * kAmxRows);
     const int64_t m16 = (pl.M + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
     pl.mc = std::min(balanced(mc, kAmxRows), m16);
-    // An unpacked B takes the panel split (one chunk of rows, each panel packed once into
-    // L2; see below) up to kUnpackedOneChunkAmx chunks' rows: the row split's serial pass
-    // that packs all of B into the workspace weighs more beside tiles that run the
-    // products ~8x faster than the vector units. bf16 N = K = 4096, 2 threads, Sapphire
-    // Rapids VM, alternating in one process, outputs bitwise equal: M = 64 / 128 / 192 /
-    // 256 / 320 / 384 / 512 1.85 / 1.68 / 1.40 / 1.27 / 1.21 / 1.09 / 1.07x; M = 576 level.
-    const int64_t one_chunk_max = p.packed_b ? mc : kUnpackedOneChunkAmx * mc;
-    if (!p.packed_b && pl.M <= one_chunk_max && pl.out_panels >= 4 * T) pl.mc = m16;
-    pl.mc_ws = std::min(one_chunk_max, m16);
+    // An unpacked B takes the panel split up to kUnpackedOneChunkAmx chunks' rows: the row
+    // split's serial pass that packs all of B into the workspace weighs more beside tiles
+    // that run the products ~8x faster than the vector units. bf16 N = K = 4096, 2
+    // threads, Sapphire Rapids VM, alternating in one process, outputs bitwise equal: M =
+    // 64 / 128 / 192 / 256 / 320 / 384 / 512 1.85 / 1.68 / 1.40 / 1.27 / 1.21 / 1.09 /
+    // 1.07x; M = 576 level. Packed weights keep the balanced row split here.
+    panel_split(mc, m16, kUnpackedOneChunkAmx, false);
   } else if (pl.M <= kDecodeRows) {
     pl.mc = pl.mc_ws = std::max<int64_t>(pl.M, 1);
   } else {
@@ -179,11 +186,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // process: bf16 M = 128 / 160 / 192 / 256 +17 / +15 / +7 / +7%, f32 M = 64 / 100 /
     // 150 +36 / +24 / +27%; M = 384 / 512 level (the A packing each thread repeats then
     // costs what the row split's pass did). Packed weights gain nothing from it (±3%).
-    // The buffers stay sized for that many rows past it, so the workspace never shrinks
-    // as M grows.
-    const int64_t one_chunk_max = p.packed_b ? mc : kUnpackedOneChunk * mc;
-    if (pl.M <= one_chunk_max && pl.out_panels >= 4 * T) pl.mc = m_up;
-    pl.mc_ws = std::min(one_chunk_max, m_up);
+    panel_split(mc, m_up, kUnpackedOneChunk, true);
   }
   pl.n_ic = (pl.M + pl.mc - 1) / pl.mc;
 
