@@ -121,13 +121,14 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
     for (int64_t ks = 0; ks < kc; ks += 32) {
       const uint8_t* bk = bh + (ks / 2) * 256;
       if (ks + kPrefetchSteps * 32 < kc) {
-        // The next steps' tile rows from L2 into L1: a tile load is 16 line loads and
-        // tdpbf16ps waits for all of them.
-        const uint16_t* pa = a_lo + ks + kPrefetchSteps * 32;
+        // The next steps' B tile rows into L1: a tile load is 16 line loads and tdpbf16ps
+        // waits for all of them. Not A's: its 32 rows advance 64 bytes a step, a pattern
+        // the hardware's L1 streamer follows, and the prefetches only held fill buffers
+        // the B lines needed. Packed bf16, 2 threads, Sapphire Rapids VM, alternating in
+        // one process: 2048^3 1.04-1.06x, M = 1024 N = K = 2048 1.04-1.05x, one thread
+        // over 64 cold 96 x 2816 x 2048 experts 1.08-1.09x; MoE T = 1024 1.02x.
         const uint8_t* pb = bk + kPrefetchSteps * 16 * 256;
         for (int r = 0; r < 16; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(pa + r * lda), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(pa + (16 + r) * lda), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(pb + r * 256), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(pb + r * 256 + 64), _MM_HINT_T0);
         }
