@@ -170,8 +170,12 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // that run the products ~8x faster than the vector units. bf16 N = K = 4096, 2
     // threads, Sapphire Rapids VM, alternating in one process, outputs bitwise equal: M =
     // 64 / 128 / 192 / 256 / 320 / 384 / 512 1.85 / 1.68 / 1.40 / 1.27 / 1.21 / 1.09 /
-    // 1.07x; M = 576 level. Packed weights keep the balanced row split here.
-    panel_split(mc, m16, kUnpackedOneChunkAmx, false);
+    // 1.07x; M = 576 level. Packed weights take it up to one chunk's rows, as on the
+    // vector plan: the row split had each thread stream all of B. Packed bf16, 2 threads,
+    // alternating in one process: cold weights (64 matrices of 2816 x 2048 in turn) M =
+    // 64 / 96 / 128 / 200 1.00-1.12 / 1.09-1.11 / 1.24 / 1.09-1.11x, M = 224 and M <= 32
+    // level; weights from L3 M = 96 1.48x, N = K = 4096 M = 64 1.30x.
+    panel_split(mc, m16, kUnpackedOneChunkAmx, true);
   } else if (pl.M <= kDecodeRows) {
     pl.mc = pl.mc_ws = std::max<int64_t>(pl.M, 1);
   } else {

@@ -52,11 +52,12 @@ std::vector<Case> edge_cases() {
           if (c.b == DType::kF32) c.layout = PackLayout(h % 3);
           cs.push_back(c);
         }
-  // Sizes at and around tile edges, the 1023 cases from the spec, and a K of two AMX K
-  // blocks (2048 + a tail: the second block accumulates onto the first).
+  // Sizes at and around tile edges, the 1023 cases from the spec, a K of two AMX K blocks
+  // (2048 + a tail: the second block accumulates onto the first), and packed rows in one
+  // chunk over enough panels to split N (72 x 520: 32- and 16-row AMX blocks per thread).
   for (auto [M, N, K] : {std::tuple{1023, 7, 17}, {7, 1023, 17}, {17, 7, 1023}, {2, 65, 300}, {6, 64, 256},
                          {12, 128, 257}, {200, 130, 129}, {16, 200, 513}, {17, 64, 1}, {130, 3, 40}, {1, 520, 33},
-                         {36, 70, int(kAmxKc) + 52}, {10, 70, 300}, {8, 130, 513}}) {
+                         {36, 70, int(kAmxKc) + 52}, {10, 70, 300}, {8, 130, 513}, {72, 520, 300}}) {
     for (const auto& t : combos) {
       Case c;
       c.M = M, c.N = N, c.K = K;
