@@ -142,7 +142,8 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   // thread and 928 on the other. Instead the height (a unit multiple up to mc_max) whose
   // busiest thread gets the fewest rows; ties to the taller chunk (B re-streamed less).
   // Packed bf16, 2 threads, Sapphire Rapids VM, old / new builds alternating: 2048^3 224
-  // -> 128 rows 1.14-1.18x, M = 1024 N = K = 2048 192 -> 128 1.08-1.13x.
+  // -> 128 rows 1.08-1.15x, M = 1024 N = K = 2048 192 -> 128 1.14-1.18x, M = 1000
+  // 1.11-1.15x; N = K = 4096 M = 1024 (96 -> 64), M = 4096 K = 1024 and K = 1408 level.
   auto even_chunks = [&](int64_t mc_max, int64_t unit) {
     int64_t best = mc_max, best_rows = INT64_MAX;
     for (int64_t mc = mc_max; mc >= unit; mc -= unit) {
