@@ -153,12 +153,12 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     return best;
   };
   // The panel split (the else branch below says why): all rows in one chunk of m_all where
-  // they fit `chunks` L2 chunks of mc rows (a packed B: one, and only where packed_too)
-  // and the panels split evenly enough. The buffers stay sized for that many rows past
-  // it, so the workspace never shrinks as M grows.
-  auto panel_split = [&](int64_t mc, int64_t m_all, int64_t chunks, bool packed_too) {
+  // they fit `chunks` L2 chunks of mc rows (a packed B: one) and the panels split evenly
+  // enough. The buffers stay sized for that many rows past it, so the workspace never
+  // shrinks as M grows.
+  auto panel_split = [&](int64_t mc, int64_t m_all, int64_t chunks) {
     const int64_t most = p.packed_b ? mc : chunks * mc;
-    if ((packed_too || !p.packed_b) && pl.M <= most && pl.out_panels >= 4 * T) pl.mc = m_all;
+    if (pl.M <= most && pl.out_panels >= 4 * T) pl.mc = m_all;
     pl.mc_ws = std::min(most, m_all);
   };
   if (amx) {  // packed bf16 A chunk of 1 MiB, 32-row multiples
@@ -176,7 +176,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // alternating in one process: cold weights (64 matrices of 2816 x 2048 in turn) M =
     // 64 / 96 / 128 / 200 1.00-1.12 / 1.09-1.11 / 1.24 / 1.09-1.11x, M = 224 and M <= 32
     // level; weights from L3 M = 96 1.48x, N = K = 4096 M = 64 1.30x.
-    panel_split(mc, m16, kUnpackedOneChunkAmx, true);
+    panel_split(mc, m16, kUnpackedOneChunkAmx);
   } else if (pl.M <= kDecodeRows) {
     pl.mc = pl.mc_ws = std::max<int64_t>(pl.M, 1);
   } else {
@@ -205,7 +205,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     // process: bf16 M = 128 / 160 / 192 / 256 +17 / +15 / +7 / +7%, f32 M = 64 / 100 /
     // 150 +36 / +24 / +27%; M = 384 / 512 level (the A packing each thread repeats then
     // costs what the row split's pass did). Packed weights gain nothing from it (±3%).
-    panel_split(mc, m_up, kUnpackedOneChunk, true);
+    panel_split(mc, m_up, kUnpackedOneChunk);
   }
   pl.n_ic = (pl.M + pl.mc - 1) / pl.mc;
 
