@@ -554,8 +554,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     auto packed_scales = [&](int64_t jb) { return bt == DType::kI8 ? p.packed_b->scales + jb * kNR : nullptr; };
     // Single-row decode on packed weights: four panels per call (with SwiGLU: gate j, j+1
     // and up j, j+1, so two outputs per call), read as streams the kernel unit chooses
-    // (AVX2: each panel as four quarter streams; AVX-512: one panel after another, each
-    // one stream with an L2 run-ahead).
+    // (AVX2: each panel as four quarter streams; AVX-512: the four panels in step, one
+    // stream each).
     const Gemv4Fn gemv4 = bt == DType::kF32 ? kt.gemv4_f32 : bt == DType::kI8 ? kt.gemv4_i8b : kt.gemv4_bf16b;
     // The decode kernels only for a call whose rows are all in this chunk: they sum K in
     // their own stream order, so a larger call's last chunk of 1-6 rows (whose size
@@ -578,8 +578,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     };
     // Two and three rows on packed bf16 (and int8: AVX2 two rows, AVX-512 two and three)
     // weights: two panels per call (with SwiGLU: gate j and up j, one output per call),
-    // first read as two DRAM streams in step (AVX-512 now reads them one after another, as
-    // its single-row kernel). bf16, serial 2816 x 2048, alternating
+    // read as two DRAM streams in step (AVX-512 read them one after another from an
+    // earlier stop until stop 56, as its single-row kernel: gemm_avx512_inl.h has the
+    // machines' figures both ways). bf16, serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds

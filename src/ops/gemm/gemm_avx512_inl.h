@@ -417,111 +417,81 @@ void gemv_rows_m(const GemvRowsArgs& g) {
 
 #undef OPTX_DISPATCH_M
 
-// Decode (one to three rows of A) reads its panels one after another, each as a single
-// sequential stream prefetched twice: into L1 4 KiB ahead (prefetch_b) and into L2
-// kStreamL2Bytes ahead. One stream per core is what the L2 streamer follows best; the
-// L1 prefetches alone are capped by the line fill buffers, and the L2 run-ahead keeps
-// more lines in flight than those hold. Measured on the Emerald Rapids VM (M = 1,
-// N = K = 4096, 2 threads, weights rotated past the LLC, variants alternating call by
-// call): bf16 four panels read in step (four streams, L1 prefetch only) 25.0 GB/s, one
-// panel at a time 31.9, plus the L2 run-ahead 35.5-36.1 (16-64 KiB alike; AMX on the
-// same call 35.5); int8 24.3 -> 27.5 -> 31.7. (An earlier machine, without the L2
-// run-ahead, measured four streams ahead for int8: 0.72 vs 0.84 ms; they lose here.) The
-// summation order is each panel's k order as before, so results are bitwise unchanged.
-constexpr int64_t kStreamL2Bytes = 16384;
-OPTX_ALWAYS_INLINE void prefetch_stream(const void* at, int lines) {
-  prefetch_b(at, lines);
-  const char* p = static_cast<const char*>(at) + kStreamL2Bytes;
-  for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T1);
-}
-
-// f32 or int8 weights, R rows of A: acc[r * 64, r * 64 + 64) = row r . panel, where
-// widen(bk, i) gives columns [16i, 16i + 16) of k row bk as floats, once for all rows
-// (int8: the epilogue applies the channel scales). A is the packed [k][kMR] micro-panel;
-// `lines` is a k row's 64-byte lines.
-template <int R, class T, class Widen>
-OPTX_ALWAYS_INLINE void gemv1_rows(const float* a, const T* b, int64_t kc, float* acc, int lines, Widen widen) {
-  __m512 c[R][4];
+// Decode (one to three rows of A) reads the call's panels in step: two or four sequential
+// streams, each prefetched into L1 4 KiB ahead (prefetch_b); the L2 streamer runs ahead
+// on each stream's page, so more streams keep more lines in flight than the L1 fill
+// buffers hold. Which works best depends on the machine. Sapphire Rapids VM (stop 56;
+// M = 1, N = K = 4096, 2 threads, weights rotated past the LLC, variants alternating call
+// by call): one panel at a time with an L2 run-ahead 16 KiB ahead (the previous scheme)
+// 25.4-26.2 GB/s, one at a time with the L1 prefetch only 25.5-26.0, four in step
+// 30.6-31.5, two in step 30.8-31.0, four in step plus the L2 run-ahead 16 / 8 KiB ahead
+// 26.3-27.6 (the far prefetches hold fill buffers the streams need); bf16 M = 2 / 3
+// 1.23x / 1.17x, int8 M = 1 / 2 / 3 level / 1.06x / 1.10x, f32 M = 1 1.10x. The Emerald
+// Rapids VM (stop 44) measured the opposite for bf16: four in step with the L1 prefetch
+// 25.0 GB/s, one at a time 31.9, plus the L2 run-ahead 35.5-36.1. Each panel's sums run in
+// its k order as before, so results are bitwise unchanged.
+//
+// R rows of A against P panels (panel q's R x 64 results at acc + (q R + r) 64): k steps
+// of S rows (bf16: S = 2, a k pair per 64-byte line; odd K reads the zero pad), where
+// widen(bk, i, w) gives the S vectors of columns [16i, 16i + 16) of step bk as floats,
+// once for all rows (int8: the epilogue applies the channel scales). A is the packed
+// [k][kMR] micro-panel; `lines` is a step's 64-byte lines per panel.
+template <int R, int P, int S, class T, class Widen>
+OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int lines, Widen widen) {
+  const float* a = g.a;
+  __m512 c[P][R][4];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+  for (int q = 0; q < P; ++q)
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const T* bk = b + k * kNR;
-    prefetch_stream(bk, lines);
+    for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const __m512 w = widen(bk, i);
+      for (int i = 0; i < 4; ++i) c[q][r][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < g.kc; k += S) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), w, c[r][i]);
-    }
-  }
+    for (int q = 0; q < P; ++q) {
+      const T* bk = static_cast<const T*>(g.b[q]) + k * kNR;
+      prefetch_b(bk, lines);
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) {
+        __m512 w[S];
+        widen(bk, i, w);
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
-}
-
-void gemv1_f32(const float* a, const float* b, int64_t kc, float* acc) {
-  gemv1_rows<1>(a, b, kc, acc, 4, [](const float* bk, int i) { return _mm512_load_ps(bk + 16 * i); });
-}
-
-// int8 weights. Two and three rows went through the generic 6-row kernel before;
-// alternating call by call (4096^2, 2 threads): M = 2 26.4-27.5 -> 31.5-33.4 GB/s, M = 3
-// 26.2 -> 28.5 (8 + 4R port uops per line: M = 3 is compute-bound).
-template <int R>
-void gemv1_i8b(const float* a, const int8_t* b, int64_t kc, float* acc) {
-  gemv1_rows<R>(a, b, kc, acc, 1, [](const int8_t* bk, int i) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
-  });
-}
-
-// bf16 weights, R rows of A (acc: R x 64). Each 64-column k-pair row is widened once and
-// feeds every row.
-template <int R>
-void gemv1_bf16b(const float* a, const uint16_t* b, int64_t kc, float* acc) {
-  __m512 c[R][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) c[r][i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; k += 2) {  // k even; odd K reads the zero pad
-    const uint16_t* bk = b + k * kNR;
-    prefetch_stream(bk, 4);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      __m512 even, odd;
-      simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), even, odd);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * kMR + r]), even, c[r][i]);
-        c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(k + 1) * kMR + r]), odd, c[r][i]);
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+          for (int s = 0; s < S; ++s) c[q][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(k + s) * kMR + r]), w[s], c[q][r][i]);
       }
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+  for (int q = 0; q < P; ++q)
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * kNR + 16 * i, c[r][i]);
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + (q * R + r) * kNR + 16 * i, c[q][r][i]);
 }
 
-// The decode entry points: panel q's R x 64 results at acc + q * R * 64.
-void gemv4_f32(const Gemv4Args& g) {
-  for (int q = 0; q < 4; ++q) gemv1_f32(g.a, static_cast<const float*>(g.b[q]), g.kc, g.acc + q * kNR);
+OPTX_ALWAYS_INLINE void widen_f32(const float* bk, int i, __m512 (&w)[1]) { w[0] = _mm512_load_ps(bk + 16 * i); }
+OPTX_ALWAYS_INLINE void widen_i8(const int8_t* bk, int i, __m512 (&w)[1]) {
+  w[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bk + 16 * i))));
 }
-void gemv4_i8b(const Gemv4Args& g) {
-  for (int q = 0; q < 4; ++q) gemv1_i8b<1>(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * kNR);
+// A 64-column k-pair row: (even, odd) k.
+OPTX_ALWAYS_INLINE void widen_bf16(const uint16_t* bk, int i, __m512 (&w)[2]) {
+  simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), w[0], w[1]);
 }
-void gemv4_bf16b(const Gemv4Args& g) {
-  for (int q = 0; q < 4; ++q) gemv1_bf16b<1>(g.a, static_cast<const uint16_t*>(g.b[q]), g.kc, g.acc + q * kNR);
-}
+
+// The decode entry points. int8 at two and three rows went through the generic 6-row
+// kernel before (alternating call by call, 4096^2, 2 threads: M = 2 26.4-27.5 -> 31.5-33.4
+// GB/s, M = 3 26.2 -> 28.5; 8 + 4R port uops per line: M = 3 is compute-bound).
+void gemv4_f32(const Gemv4Args& g) { gemv_panels<1, 4, 1, float>(g, 4, widen_f32); }
+void gemv4_i8b(const Gemv4Args& g) { gemv_panels<1, 4, 1, int8_t>(g, 1, widen_i8); }
+void gemv4_bf16b(const Gemv4Args& g) { gemv_panels<1, 4, 2, uint16_t>(g, 4, widen_bf16); }
 template <int R>
 void gemv2_bf16b(const Gemv4Args& g) {
-  for (int q = 0; q < 2; ++q) gemv1_bf16b<R>(g.a, static_cast<const uint16_t*>(g.b[q]), g.kc, g.acc + q * R * kNR);
+  gemv_panels<R, 2, 2, uint16_t>(g, 4, widen_bf16);
 }
 template <int R>
 void gemv2_i8b(const Gemv4Args& g) {
-  for (int q = 0; q < 2; ++q) gemv1_i8b<R>(g.a, static_cast<const int8_t*>(g.b[q]), g.kc, g.acc + q * R * kNR);
+  gemv_panels<R, 2, 1, int8_t>(g, 1, widen_i8);
 }
 
 }  // namespace
