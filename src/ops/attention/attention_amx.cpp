@@ -43,7 +43,8 @@ struct alignas(64) TileConfig {  // also loaded by the few-row decode kernel's A
 namespace optx::attn_detail::amx {
 namespace {
 
-constexpr int kAmxRows = 128;  // rows of a flash job (up to four groups of 32)
+constexpr int kAmxRows = kAmxFlashRows;  // rows of a flash job (up to four groups of 32)
+static_assert(kAmxRows % 32 == 0 && kAmxRows <= kMaxFlashRows);
 constexpr int kAmxGroups = kAmxRows / 32;
 constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
 void configure() {

@@ -31,6 +31,9 @@ inline constexpr int kMaxFlashRows = 192;
 // Rows of the AVX512_BF16 job kernel's flash jobs: 32-row groups that share each
 // superblock's K / V reads and V staging.
 inline constexpr int kDpFlashRows = 96;
+// Rows of the AMX job kernel's flash jobs, the same way (four groups; job_scratch_floats
+// sizes their scratch).
+inline constexpr int kAmxFlashRows = 128;
 inline constexpr int kDecodeRows = 8;  // rows per KV head the bf16 few-row decode kernel takes
 inline constexpr int kMaxGroupRows = 12;  // rows per KV head of an all-heads decode job (Kernels)
 inline constexpr int64_t kKvBlock = 64;
@@ -265,7 +268,7 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   // AMX job kernel: Q^T per 32-row group, staged K rows, V pairs of a superblock, scores,
   // P^T, P rows and O (flash jobs of up to 128 rows in four groups).
-  const int64_t amx_rows = rows > kMaxRows ? 128 : 32, amx_groups = amx_rows / 32;
+  const int64_t amx_rows = rows > kMaxRows ? kAmxFlashRows : 32, amx_groups = amx_rows / 32;
   const int64_t amx = amx_groups * 16 * D + 16 * D + 2048 + 128 * 32 + 2048 + amx_rows * 64 + amx_rows * Dv + 64;
   // AVX512_BF16 job kernel: flash jobs of up to kDpFlashRows rows in 32-row groups.
   const int64_t dp_rows = rows > kMaxRows ? kDpFlashRows : 32, dp_groups = dp_rows / 32;

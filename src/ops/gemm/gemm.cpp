@@ -578,9 +578,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
     };
     // Two and three rows on packed bf16 (and int8: AVX2 two rows, AVX-512 two and three)
     // weights: two panels per call (with SwiGLU: gate j and up j, one output per call),
-    // read as two DRAM streams in step (AVX-512 read them one after another from an
-    // earlier stop until stop 56, as its single-row kernel: gemm_avx512_inl.h has the
-    // machines' figures both ways). bf16, serial 2816 x 2048, alternating
+    // read as two DRAM streams in step (AVX-512 read them one after another, as its
+    // single-row kernel did, until stop 56: gemm_avx512_inl.h has both machines'
+    // figures). bf16, serial 2816 x 2048, alternating
     // in one process: M = 2 14.3-14.5 -> 16.5-17.2 GB/s, M = 3 11.9-13.3 -> 13.5-17.2;
     // moe_forward T = 16 (experts of 1-3 rows) uniform -9 to -10%, Zipf -4 to -5%. AVX2
     // (stop 35; the 6-row kernel's pieces before): from DRAM, 2 threads, two builds

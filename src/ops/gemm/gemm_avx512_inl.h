@@ -418,7 +418,7 @@ void gemv_rows_m(const GemvRowsArgs& g) {
 #undef OPTX_DISPATCH_M
 
 // Decode (one to three rows of A) reads the call's panels in step: two or four sequential
-// streams, each prefetched into L1 4 KiB ahead (prefetch_b); the L2 streamer runs ahead
+// streams, each prefetched into L1 a few KiB ahead (below); the L2 streamer runs ahead
 // on each stream's page, so more streams keep more lines in flight than the L1 fill
 // buffers hold. Which works best depends on the machine. Sapphire Rapids VM (stop 56;
 // M = 1, N = K = 4096, 2 threads, weights rotated past the LLC, variants alternating call
@@ -427,7 +427,7 @@ void gemv_rows_m(const GemvRowsArgs& g) {
 // 30.6-31.5, two in step 30.8-31.0, four in step plus the L2 run-ahead 16 / 8 KiB ahead
 // 26.3-27.6 (the far prefetches hold fill buffers the streams need); bf16 M = 2 / 3
 // 1.23x / 1.17x, int8 M = 1 / 2 / 3 level / 1.06x / 1.10x, f32 M = 1 1.10x. The Emerald
-// Rapids VM (stop 44) measured the opposite for bf16: four in step with the L1 prefetch
+// Rapids VM (stop 43) measured the opposite for bf16: four in step with the L1 prefetch
 // 25.0 GB/s, one at a time 31.9, plus the L2 run-ahead 35.5-36.1. Each panel's sums run in
 // its k order as before, so results are bitwise unchanged.
 //
