@@ -273,7 +273,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       softmax_superblock(c, kb, n, nk, RT, rs, st, pt, Int8Scores{sti, qs, sk, kv8 ? sv : sk, lat8});
       p_rows_and_rescale(pt, pr, nsub, RT, rs, o, Dv);
     }
-    // 64 keys of one row tile per pass (score_tiles64) where all 64 sit at one stride.
+    // 64 keys of one row tile per pass (score_tiles64) where each of their four 16-key
+    // tiles loads straight from its cache rows (else the 32-key passes, which stage).
     const auto scores64 = [&](const uint16_t* qt_g, int64_t s0) {
       const void* ka[4];
       int64_t ka_stride[4];
