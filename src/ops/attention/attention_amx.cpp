@@ -54,6 +54,13 @@ void configure() {
   _tile_loadconfig(&cfg);
 }
 
+OPTX_ALWAYS_INLINE void zero_c_tiles() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
 // S^T tiles of 32 keys (A tiles a[0], a[1]: 16 key rows each) against q's B tiles over
 // `bytes` bytes of each row, into C tiles 0 / 2 (rows 0-15) and 1 / 3 (rows 16-31, with
 // two). bf16 (TDPBF16PS, q as Q^T pairs [D/2][32][2]) and int8 (TDPBSSD, q quads
@@ -64,10 +71,7 @@ void configure() {
 template <bool kInt8, class Prefetch>
 OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride[2], const void* q, int64_t bytes, bool two,
                                     Prefetch&& prefetch) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_c_tiles();
   const char* a0 = static_cast<const char*>(a[0]);
   const char* a1 = static_cast<const char*>(a[1]);
   const char* qb = static_cast<const char*>(q);
@@ -102,10 +106,7 @@ OPTX_ALWAYS_INLINE void score_tiles(const void* const a[2], const int64_t stride
 // 1.05x the 32-key passes.
 template <class Prefetch>
 OPTX_ALWAYS_INLINE void score_tiles64(const void* const a[4], const int64_t stride[4], const void* q, int64_t bytes, Prefetch&& prefetch) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_c_tiles();
   const char* a0 = static_cast<const char*>(a[0]);
   const char* a1 = static_cast<const char*>(a[1]);
   const char* a2 = static_cast<const char*>(a[2]);
