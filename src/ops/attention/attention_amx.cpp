@@ -154,7 +154,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   // Scratch layout (all 64-byte aligned multiples; see job_scratch_floats).
   uint16_t* qts[kAmxGroups];
   qts[0] = reinterpret_cast<uint16_t*>(scratch);                // [groups][D/2][32][2]
-  for (int g = 1; g < kAmxGroups; ++g) qts[g] = qts[g - 1] + D * 32;
+  for (int g = 1; g < groups; ++g) qts[g] = qts[g - 1] + D * 32;  // only the groups the scratch holds
   uint16_t* kst = qts[0] + groups * D * 32;                     // [32][D] staged K rows
   uint16_t* stage = kst + 32 * D;                               // [kSuper / kSub][kStageSub]
   float* st = reinterpret_cast<float*>(stage + (kSuper / kSub) * kStageSub);  // [kSuper keys][32 rows]
