@@ -810,8 +810,8 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // run from L2. MoE layer T = 1024 (experts of ~96 rows: 3 row blocks per panel),
       // alternating in one process, three runs: uniform -7 to -10%, Zipf -3 to -5%;
       // bf16 2048^3 (7 row blocks per panel) unchanged.
-      // Shared among the 32-row blocks only: a trailing 16-row block runs ahead along its
-      // own stream (Prefetch::next_panel) and ignores l2_next.
+      // Shared among the 32-row blocks only: a trailing 16-row block prefetches the next
+      // panel's first step itself (Prefetch::next_panel) and ignores l2_next.
       const int full = mpad / kAmxRows;
       const bool pf_next = p.packed_b && next >= 0 && k32 <= kAmxKc && full > 0;
       const int64_t share = pf_next ? (p.packed_b->panel_bytes + full - 1) / full / 64 * 64 : 0;

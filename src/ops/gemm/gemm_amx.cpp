@@ -25,7 +25,6 @@ struct alignas(64) TileConfig {
 // Tile configuration is per-thread state; load it once per thread until released.
 thread_local bool t_configured = false;
 constexpr int kPrefetchSteps = 1;
-constexpr int kL2Steps = 8;  // amx_block16's run-ahead into L2, in 32-k steps
 
 void configure() {
   TileConfig cfg{};
@@ -70,22 +69,25 @@ constexpr int64_t kHalf2x2[4] = {0, 16, 16 * kNR, 16 * kNR + 16};
 void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, float* c, bool accumulate, const char* next) {
   c_tiles_in(c, kRow1x4, accumulate);
   const int64_t lda_bytes = lda * 2;
-  // Step s of the run-ahead: this panel's, then (past its end) the next panel's, which is
-  // not the adjacent one when the caller interleaves panels (SwiGLU's gate and up halves:
-  // the run-ahead used to fetch the wrong 32 KiB at every panel end). MoE T = 128
-  // (experts of ~12 rows), alternating in one process, two runs: uniform -3%, Zipf +-1%.
+  // The last step prefetches the next panel's first, which is not the adjacent one when
+  // the caller interleaves panels (SwiGLU's gate and up halves).
   const auto step_at = [&](int64_t s) {
     return s < kc / 32 || !next ? reinterpret_cast<const char*>(b) + s * 16 * 256 : next + (s - kc / 32) * 16 * 256;
   };
   for (int64_t ks = 0; ks < kc; ks += 32) {
     const uint8_t* bk = b + (ks / 2) * 256;
-    // Two distances: the next step into L1 (tile loads wait for all 16 lines), and 8
-    // steps (32 KiB) ahead into L2 — L1 prefetches alone are capped by the line fill
-    // buffers at ~9 GB/s per core here; with the L2 run-ahead the 2-thread stream went
-    // 0.61-0.64 -> 0.51-0.56 ms for a 2816 x 2048 bf16 panel set (M = 6..16).
+    // The next step into L1 (tile loads wait for all 16 lines), and nothing further
+    // ahead, as the decode GEMVs (gemm_avx512_inl.h): a run-ahead 8 steps (32 KiB) on into
+    // L2 held the line fill buffers the next step's lines need. Sapphire Rapids VM (stop
+    // 57), 2 threads, packed weights rotated past the LLC, alternating call by call:
+    // without it 2816 x 2048 M = 6 / 8 / 16 1.06-1.07x, 4096^2 M = 4 / 8 / 16
+    // 1.06-1.11x, moe_forward T = 16 / 128 1.00-1.06x; `optx bench`, old and new builds
+    // in turn, two rounds: gemm M = 4 / 16 1.00-1.05x, moe_forward T = 128 1.02-1.04x,
+    // T = 16 level. The next step 2 steps ahead, or its 64 prefetches spread between the
+    // tile loads, measured as this. Emerald Rapids (stop 43) and this VM class at stop 30
+    // measured the run-ahead as a gain: 2816 x 2048 M = 6..16 0.61-0.64 -> 0.51-0.56 ms.
     if (ks + 32 < kc || next)
       for (int l = 0; l < 64; ++l) _mm_prefetch(step_at(ks / 32 + 1) + 64 * l, _MM_HINT_T0);
-    for (int l = 0; l < 64; ++l) _mm_prefetch(step_at(ks / 32 + kL2Steps) + 64 * l, _MM_HINT_T1);
     _tile_loadd(4, a + ks, lda_bytes);
     _tile_loadd(6, bk, 256);
     _tile_loadd(7, bk + 64, 256);

@@ -51,7 +51,7 @@ struct Prefetch {
   bool stream = false;
   const char* l2_next = nullptr;
   int64_t l2_lines = 0;
-  const char* next_panel = nullptr;  // AMX 16-row blocks: where their run-ahead goes past this panel's end
+  const char* next_panel = nullptr;  // AMX 16-row blocks: the panel whose first step their last one prefetches
   // l2_next as runs of l2_run_lines lines l2_run_stride bytes apart (an unpacked B's rows
   // for the next panel block; the first run starts l2_run_skip lines in); 0: one run.
   int64_t l2_run_lines = 0, l2_run_stride = 0, l2_run_skip = 0;
