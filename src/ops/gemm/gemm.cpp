@@ -188,6 +188,8 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
     const int64_t m_up = (pl.M + kMR - 1) / kMR * kMR;
     int64_t mc = kL2Budget / std::max<int64_t>(pl.K * a_bytes, 1);
     mc = std::clamp<int64_t>(mc / kMR * kMR, 4 * kMR, 32 * kMR);
+    // (Not even_chunks: at a unit of kMR rows its fewest-rows-on-the-busiest-thread rule
+    // picks chunks as small as 12 rows, M = 1024, each of which streams all of B.)
     pl.mc = std::min(balanced(mc, kMR), m_up);
     // All rows in one chunk where they fit and the panels split evenly enough: the threads
     // then split N, each streaming only its share of B (and packing each panel of an
