@@ -71,7 +71,9 @@ void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, f
   c_tiles_in(c, kRow1x4, accumulate);
   const int64_t lda_bytes = lda * 2;
   // The last steps prefetch the next panel's first, which is not the adjacent one when
-  // the caller interleaves panels (SwiGLU's gate and up halves).
+  // the caller interleaves panels (SwiGLU's gate and up halves). Where the next panel has
+  // fewer than kStreamerSteps steps (K < 128), such an address can lie past the weights:
+  // a prefetch of an unrelated or unmapped line, which never faults.
   const auto step_at = [&](int64_t s) {
     return s < kc / 32 || !next ? reinterpret_cast<const char*>(b) + s * 16 * 256 : next + (s - kc / 32) * 16 * 256;
   };
@@ -79,8 +81,8 @@ void amx_block16(int64_t kc, const uint16_t* a, int64_t lda, const uint8_t* b, f
     const uint8_t* bk = b + (ks / 2) * 256;
     // The next step into L1 (tile loads wait for all 16 lines), not a run-ahead 8 steps
     // (32 KiB) on into L2, as the decode GEMVs (gemm_avx512_inl.h): its prefetches held
-    // the line fill buffers the next step's lines need. Sapphire Rapids VM (stop
-    // 57), 2 threads, packed weights rotated past the LLC, alternating call by call:
+    // the line fill buffers the next step's lines need. Sapphire Rapids VM (stop 57),
+    // 2 threads, packed weights rotated past the LLC, alternating call by call:
     // without it 2816 x 2048 M = 6 / 8 / 16 1.06-1.07x, 4096^2 M = 4 / 8 / 16
     // 1.06-1.11x, moe_forward T = 16 / 128 1.00-1.06x; `optx bench`, old and new builds
     // in turn, two rounds: gemm M = 4 / 16 1.00-1.05x, moe_forward T = 128 1.02-1.04x,
