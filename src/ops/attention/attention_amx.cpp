@@ -43,9 +43,8 @@ struct alignas(64) TileConfig {  // also loaded by the few-row decode kernel's A
 namespace optx::attn_detail::amx {
 namespace {
 
-constexpr int kAmxRows = kAmxFlashRows;  // rows of a flash job (up to four groups of 32)
-static_assert(kAmxRows % 32 == 0 && kAmxRows <= kMaxFlashRows);
-constexpr int kAmxGroups = kAmxRows / 32;
+static_assert(kAmxFlashRows % 32 == 0 && kAmxFlashRows <= kMaxFlashRows);  // up to four groups of 32
+constexpr int kAmxGroups = kAmxFlashRows / 32;
 constexpr int kStageSub = 2 * 16 * 32;  // V pairs of one 32-key step, 32 columns: lo and hi B tiles
 void configure() {
   TileConfig cfg{};
@@ -127,6 +126,16 @@ OPTX_ALWAYS_INLINE void score_tiles64(const void* const a[4], const int64_t stri
   }
 }
 
+// score_tiles64's C tiles 0-3 (keys 0-15, ..., 48-63) to [64 keys][32 rows] of 4-byte
+// scores at s (row stride 128 bytes; rows past the row tile's 16 untouched).
+OPTX_ALWAYS_INLINE void store_scores64(void* s) {
+  char* b = static_cast<char*>(s);
+  _tile_stored(0, b, 128);
+  _tile_stored(1, b + 16 * 128, 128);
+  _tile_stored(2, b + 32 * 128, 128);
+  _tile_stored(3, b + 48 * 128, 128);
+}
+
 // C tiles 0-3 to [32 keys][32 rows] of 4-byte scores at s (row stride 128 bytes).
 OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
   char* b = static_cast<char*>(s);
@@ -139,7 +148,7 @@ OPTX_ALWAYS_INLINE void store_scores(void* s, bool two) {
 }
 
 void run_job_amx(const Config& c, const Job& j, float* scratch) {
-  if (!pair_kernel_takes(c, j, 32, kAmxRows)) return run_job_bf16(c, j, scratch);  // 32: whole tile steps
+  if (!pair_kernel_takes(c, j, 32, kAmxFlashRows)) return run_job_bf16(c, j, scratch);  // 32: whole tile steps
   const int R = j.nrows;
   // Flash jobs of 33-128 rows run as up to four groups of 32 (each with its own Q^T,
   // softmax state and P rows) that share each superblock's K / V reads and V staging. In
@@ -282,11 +291,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       for (int t = 0; t < 4; ++t)
         if (!(ka[t] = uniform_rows(kp + s0 + 16 * t, n - s0 - 16 * t, &ka_stride[t]))) return false;
       score_tiles64(ka, ka_stride, qt_g, D * 2, prefetch_next);
-      char* b = reinterpret_cast<char*>(st + s0 * 32);
-      _tile_stored(0, b, 128);
-      _tile_stored(1, b + 16 * 128, 128);
-      _tile_stored(2, b + 32 * 128, 128);
-      _tile_stored(3, b + 48 * 128, 128);
+      store_scores64(st + s0 * 32);
       return true;
     };
     for (int g = 0; !q8 && g < groups; ++g) {
@@ -361,7 +366,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
   }
   _tile_release();
   from_pair_order(o, RT, Dv);
-  alignas(64) float m[kAmxRows], l[kAmxRows];
+  alignas(64) float m[kAmxFlashRows], l[kAmxFlashRows];
   for (int g = 0; g < groups; ++g)
     for (int r = 0; r < 32; ++r) m[32 * g + r] = rss[g].mrow[r], l[32 * g + r] = rss[g].lrow[r];
   finish_rows(c, j, m, l, o);
@@ -372,7 +377,7 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
 
 namespace optx::attn_detail {
 const Kernels& kernels_amx() {
-  static const Kernels k{amx::run_job_amx, true, amx::kAmxRows};
+  static const Kernels k{amx::run_job_amx, true, kAmxFlashRows};
   return k;
 }
 }  // namespace optx::attn_detail

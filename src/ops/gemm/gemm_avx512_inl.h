@@ -23,8 +23,8 @@ namespace {
 // ahead raised a single read stream to ~16.5 GB/s. Later slices find B in L1, where
 // prefetching past the micro-panel would only evict it.
 constexpr int64_t kPrefetchBytes = 4096;
-OPTX_ALWAYS_INLINE void prefetch_b(const void* row, int lines) {
-  const char* p = static_cast<const char*>(row) + kPrefetchBytes;
+OPTX_ALWAYS_INLINE void prefetch_b(const void* row, int lines, int64_t ahead = kPrefetchBytes) {
+  const char* p = static_cast<const char*>(row) + ahead;
   for (int i = 0; i < lines; ++i) _mm_prefetch(p + 64 * i, _MM_HINT_T0);
 }
 
@@ -452,7 +452,7 @@ OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int lines, Widen widen, 
 #pragma GCC unroll 4
     for (int q = 0; q < P; ++q) {
       const T* bk = static_cast<const T*>(g.b[q]) + k * kNR;
-      for (int l = 0; l < lines; ++l) _mm_prefetch(reinterpret_cast<const char*>(bk) + ahead + 64 * l, _MM_HINT_T0);
+      prefetch_b(bk, lines, ahead);
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) {
         __m512 w[S];
