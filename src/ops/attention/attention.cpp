@@ -5,8 +5,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -289,6 +291,34 @@ struct FlashJobs {
     int64_t n = 0;
     for (int64_t b = 0; b < g.B; ++b) n += per_batch(b);
     return n;
+  }
+  // The call's time on `threads` threads, in row-key units: jobs go in index order to the
+  // first free thread (run_jobs' dynamic schedule), each costing the keys its rows see
+  // plus kSharedCost row-equivalents per key of its span for the work its rows share (K /
+  // V reads, V staging). 28 fits the AMX kernel, whose 64-row jobs took 1.15-1.22x the
+  // time of 128-row ones per row and key (stop 56). For calls of a few jobs only.
+  static constexpr int kEstThreads = 64;  // est_time's most threads (no allocation in a call)
+  double est_time(int threads) const {
+    constexpr double kSharedCost = 28.0;
+    std::array<double, kEstThreads> all{};
+    const std::span<double> busy(all.data(), size_t(std::clamp(threads, 1, kEstThreads)));
+    const int64_t G = g.Nq / g.Nkv;
+    for (int64_t b = 0; b < g.B; ++b) {
+      const int64_t sq = g.sq(b), skv = g.skv(b);
+      for (int64_t job = 0; job < per_batch(b); ++job) {
+        const Tile t = tile_of(job % (head_chunks * q_tiles(b)), head_chunks, q_tiles(b), 1);
+        const int64_t heads = std::min(G, (t.hc + 1) * heads_per_job) - t.hc * heads_per_job;
+        const int64_t i0 = t.qt * q_per_job, i1 = std::min(sq, i0 + q_per_job);
+        int64_t seen = 0, lo = skv, hi = 0;
+        for (int64_t i = i0; i < i1; ++i) {
+          const KeyRange r = visible_range(cfg, i, skv - sq);
+          const int64_t a = std::max<int64_t>(r.lo, 0), e = std::min(r.hi, skv);
+          if (a < e) seen += e - a, lo = std::min(lo, a), hi = std::max(hi, e);
+        }
+        *std::min_element(busy.begin(), busy.end()) += double(seen * heads) + kSharedCost * double(std::max<int64_t>(hi - lo, 0));
+      }
+    }
+    return *std::max_element(busy.begin(), busy.end());
   }
   void make(int64_t idx, Job& job, JobCursor& cur) const {
     if (idx < cur.first) cur = {};  // not ascending after all: start over
@@ -862,7 +892,18 @@ const dispatch::Registry<KernelsFn>& mla_registry() {
 Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) {
   FlashGeo g;
   OPTX_RETURN_IF_ERROR(flash_validate(p, &g));
-  const FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
+  // A call of a few jobs (short sequences, few heads) leaves a thread idle, or one thread
+  // two jobs where the other has one: of the kernel's job height and its halves down to 32
+  // rows, the one with the least estimated time (est_time). One head (AMX VM, alternating):
+  // S = 128 19 -> 11 us, S = 384 82 -> 67, causal S = 256 31 -> 25.
+  FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
+  if (const int threads = num_threads(); threads > 1 && threads <= FlashJobs::kEstThreads && jobs.total() < 4 * threads) {
+    double best = jobs.est_time(threads);
+    for (int rows = k.prefill_rows / 2; rows >= 32; rows /= 2) {
+      FlashJobs smaller = flash_jobs(p, g, rows);
+      if (const double t = smaller.est_time(threads); t < best) best = t, jobs = smaller;
+    }
+  }
   const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign;
   OPTX_RETURN_IF_ERROR(flash_apart(p, workspace_view(ws, need)));
