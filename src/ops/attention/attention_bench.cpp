@@ -34,8 +34,8 @@
 namespace optx::attn_detail {
 namespace {
 
-void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
-  const int64_t H = 16, D = 128;
+void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {
+  const int64_t D = 128;
   const bool f32 = dt == DType::kF32;
   const size_t es = dtype_size(dt);
   testing::Rng rng(1);
@@ -48,7 +48,7 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt) {
                          .v = make_view(v.data(), dt, {1, S, H, D}), .out = make_view(out.data(), dt, {1, S, H, D}), .causal = true};
   std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   const double flops = 4.0 * double(S) * double(S) * D * H / 2;
-  const std::string cs = std::string("dtype=") + dtype_name(dt) + " B=1 H=16 S=" + std::to_string(S) + " D=128 causal=1";
+  const std::string cs = std::string("dtype=") + dtype_name(dt) + " B=1 H=" + std::to_string(H) + " S=" + std::to_string(S) + " D=128 causal=1";
   const bench::Roof roof = f32 ? bench::Roof::kF32 : bench::Roof::kBF16;
   bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = roof};
   r.note = selected_impl("flash_attention");
@@ -432,6 +432,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
 void bench_attention(bench::Context& ctx) {
   if (ctx.wants("flash_attention")) {
     bench_flash(ctx, 4096, DType::kBF16);
+    bench_flash(ctx, 256, DType::kBF16, 1);  // a call of few jobs (job heights chosen by schedule)
     if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
     if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
     if (!ctx.quick) bench_flash_logits(ctx);
