@@ -279,6 +279,12 @@ Status flash_apart(const FlashAttentionParams& p, const TensorView& workspace) {
                       {"cu_seqlens_q", tnd ? p.cu_seqlens_q : none}, {"cu_seqlens_kv", tnd ? p.cu_seqlens_kv : none}});
 }
 
+// Sum over i in [i0, i1) of clamp(i + c, 0, n).
+int64_t sum_clamped(int64_t i0, int64_t i1, int64_t c, int64_t n) {
+  const int64_t lo = std::clamp(-c, i0, i1), hi = std::clamp(n - c, i0, i1);  // [i0, lo): 0, [lo, hi): i + c, [hi, i1): n
+  return (hi - lo) * (lo + hi - 1 + 2 * c) / 2 + (i1 - hi) * n;
+}
+
 // Jobs of flash attention: per batch, per kv head, per head chunk and query tile.
 struct FlashJobs {
   const FlashAttentionParams* p = nullptr;
@@ -309,13 +315,19 @@ struct FlashJobs {
         const Tile t = tile_of(job % (head_chunks * q_tiles(b)), head_chunks, q_tiles(b), 1);
         const int64_t heads = std::min(G, (t.hc + 1) * heads_per_job) - t.hc * heads_per_job;
         const int64_t i0 = t.qt * q_per_job, i1 = std::min(sq, i0 + q_per_job);
-        int64_t seen = 0, lo = skv, hi = 0;
-        for (int64_t i = i0; i < i1; ++i) {
-          const KeyRange r = visible_range(cfg, i, skv - sq);
-          const int64_t a = std::max<int64_t>(r.lo, 0), e = std::min(r.hi, skv);
-          if (a < e) seen += e - a, lo = std::min(lo, a), hi = std::max(hi, e);
-        }
-        *std::min_element(busy.begin(), busy.end()) += double(seen * heads) + kSharedCost * double(std::max<int64_t>(hi - lo, 0));
+        // Row i sees keys [clamp(i + ca), clamp(i + ce)) of [0, skv), both ends rising
+        // with i (a side without a bound: 0 or skv throughout).
+        const KeyRange r0 = visible_range(cfg, 0, skv - sq);
+        const auto sum_ends = [&](int64_t c, bool bounded, int64_t unbounded) {
+          return bounded ? sum_clamped(i0, i1, c, skv) : (i1 - i0) * unbounded;
+        };
+        const auto end_at = [&](int64_t i, int64_t c, bool bounded, int64_t unbounded) {
+          return bounded ? std::clamp<int64_t>(i + c, 0, skv) : unbounded;
+        };
+        const bool lo_bound = r0.lo != INT64_MIN, hi_bound = r0.hi != INT64_MAX;
+        const int64_t seen = sum_ends(r0.hi, hi_bound, skv) - sum_ends(r0.lo, lo_bound, 0);
+        const int64_t span = end_at(i1 - 1, r0.hi, hi_bound, skv) - end_at(i0, r0.lo, lo_bound, 0);
+        *std::min_element(busy.begin(), busy.end()) += double(seen * heads) + kSharedCost * double(std::max<int64_t>(span, 0));
       }
     }
     return *std::max_element(busy.begin(), busy.end());
