@@ -344,6 +344,17 @@ size_t gemv_a_copy_bytes(const GemmParams& p) {
   return align_up(size_t(gemv_a_stride(p) * p.a.sizes[0]) * dtype_size(p.a.dtype));
 }
 
+// A^T pairs for gemv_rows kernels that read them (KernelTable::gemv_pairs): bf16 A and B
+// [N, K], K a multiple of 32; else 0.
+size_t gemv_pairs_bytes(const GemmParams& p) {
+  const int64_t K = p.a.sizes[1];
+  const bool takes = p.a.dtype == DType::kBF16 && p.b.dtype == DType::kBF16 && !p.b_kn && K % 32 == 0;
+  return takes ? align_up(size_t(K) * 32) : 0;
+}
+
+// A thread's share of the streaming kernels' workspace: its copy of A, then its A^T pairs.
+size_t gemv_thread_bytes(const GemmParams& p) { return gemv_a_copy_bytes(p) + gemv_pairs_bytes(p); }
+
 // The blocked path's size, or the streaming path's copies of A if larger. Those are sized
 // at min(M, kGemvRowsM) rows, so the size never shrinks as M grows past the switch (a
 // grouped GEMM sizes one workspace from its largest group).
@@ -352,7 +363,7 @@ size_t workspace_bytes(const GemmParams& p) {
   q.a.sizes[0] = std::min<int64_t>(p.a.sizes[0], kGemvRowsM);
   const size_t blocked = blocked_workspace_bytes(p);
   if (!streaming_shape(q)) return blocked;
-  return std::max(blocked, gemv_a_copy_bytes(q) * size_t(std::max(1, num_threads())) + kAlign);
+  return std::max(blocked, gemv_thread_bytes(q) * size_t(std::max(1, num_threads())) + kAlign);
 }
 
 // A thread's share of the work: panels [p0, p1) of row chunks [ic0, ic1) — or, where a
@@ -860,12 +871,15 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 using GemvFn = void (*)(const GemvRowsArgs&);
 GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
   if (!streaming_shape(p)) return nullptr;
-  // Past kGemvRowsAmx rows a bf16 [N, K] call runs faster on the AMX tiles (each panel
-  // packed once into L2, the one-chunk panel split): N = K = 4096, 2 threads, Sapphire
-  // Rapids VM, alternating in one process, the tiles' time against the streaming
-  // kernels': M = 5 / 6 1.13 / 1.08x, M = 7 / 8 0.86-0.88 / 0.81x. A [K, N] B keeps
-  // gemv_kn: packing its panels costs more (M = 7 / 8 on the tiles 3.9 ms against 2.5-2.7).
-  if (kt.amx_block && amx_eligible(p) && !p.b_kn && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
+  // Past kGemvRowsAmx rows a bf16 [N, K] call whose gemv_rows has no A^T pairs (K not a
+  // multiple of 32) runs faster on the AMX blocks (each panel packed once into L2, the
+  // one-chunk panel split): N = K = 4096, 2 threads, Sapphire Rapids VM, alternating in
+  // one process, the blocks' time against the row kernels': M = 5 / 6 1.13 / 1.08x, M = 7
+  // / 8 0.86-0.88 / 0.81x. With pairs the AMX unit's gemv_rows streams on the tiles, at
+  // the packed GEMV's rate. A [K, N] B keeps gemv_kn: packing its panels costs more (M = 7
+  // / 8 on the tiles 3.9 ms against 2.5-2.7).
+  const bool pairs = kt.gemv_pairs && gemv_pairs_bytes(p) > 0;
+  if (kt.amx_block && amx_eligible(p) && !p.b_kn && !pairs && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
   return p.b_kn ? kt.gemv_kn : kt.gemv_rows;
 }
 
@@ -891,13 +905,18 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
   {
     const numerics::DenormalsAsZero daz(bf16_daz(p));  // once per thread, not per group
     const void* a = p.a.data;
+    uint8_t* mine = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data))) + size_t(omp_get_thread_num()) * gemv_thread_bytes(p);
     if (a_stride > 0) {
       const size_t es = dtype_size(p.a.dtype);
-      uint8_t* copy = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data))) +
-                      size_t(omp_get_thread_num()) * gemv_a_copy_bytes(p);
       for (int64_t r = 0; r < M; ++r)
-        std::memcpy(copy + size_t(r * a_stride) * es, static_cast<const uint8_t*>(p.a.data) + size_t(r * p.a.strides[0]) * es, size_t(K) * es);
-      a = copy;
+        std::memcpy(mine + size_t(r * a_stride) * es, static_cast<const uint8_t*>(p.a.data) + size_t(r * p.a.strides[0]) * es, size_t(K) * es);
+      a = mine;
+    }
+    const int64_t lda = a_stride > 0 ? a_stride : p.a.strides[0];
+    uint16_t* pairs = nullptr;
+    if (kt.gemv_pairs && gemv_pairs_bytes(p) > 0) {
+      pairs = reinterpret_cast<uint16_t*>(mine + gemv_a_copy_bytes(p));
+      kt.gemv_pairs(static_cast<const uint16_t*>(a), lda, int(M), K, pairs);
     }
 #pragma omp for schedule(static)
     for (int64_t q = 0; q < groups; ++q) {
@@ -905,13 +924,14 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
       const int64_t j0 = q * per_group, j1 = std::min(panels, j0 + per_group);
       GemvRowsArgs g;
       g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;
-      g.a = a, g.lda = a_stride > 0 ? a_stride : p.a.strides[0], g.a_dtype = p.a.dtype;
+      g.a = a, g.lda = lda, g.a_dtype = p.a.dtype, g.pairs = pairs;
       // The group's first column: along a B row ([K, N]) or its first B row ([N, K]).
       g.b = static_cast<const uint8_t*>(p.b.data) + size_t(j0 * kNR * (p.b_kn ? 1 : p.b.strides[0])) * esize;
       g.ldb = p.b.strides[0], g.b_dtype = p.b.dtype, g.acc = acc, g.l2_ahead = kt.gemv_l2_ahead;
       gemv(g);
       for (int64_t j = j0; j < j1; ++j) epilogue_panel(p, N, kt, acc + (j - j0) * M * kNR, 0, int(M), j, nullptr);
     }
+    if (pairs && kt.amx_release) kt.amx_release();
   }
 }
 

@@ -141,6 +141,7 @@ struct GemvRowsArgs {
   DType b_dtype;
   float* acc;     // m x kNR
   bool l2_ahead = false;  // prefetch the next rows (gemv_rows) or wide blocks (gemv_kn) into L2 (KernelTable::gemv_l2_ahead)
+  const uint16_t* pairs = nullptr;  // A^T in bf16 pairs [K/2][16][2] where KernelTable::gemv_pairs built them, else null
 };
 
 // The gemv_rows kernels' group of NB B rows from row n0 of the call: b[j] is row n0 + j,
@@ -209,6 +210,9 @@ struct KernelTable {
   // returns false and writes nothing.
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
+  // Optional, for a gemv_rows that reads A as pairs (GemvRowsArgs::pairs): writes the m
+  // (<= 16) bf16 rows of A (lda apart, K a multiple of 32) as [K/2][16][2], rows past m zero.
+  void (*gemv_pairs)(const uint16_t* a, int64_t lda, int m, int64_t K, uint16_t* dst) = nullptr;
   bool gemv_l2_ahead = false;  // gemv_rows / gemv_kn run the next B rows into L2 ahead of their loads
   void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
   // Optional: pack_panel for an unpacked bf16 or f32 B with unit inner stride, the same

@@ -164,7 +164,8 @@ std::vector<Case> edge_cases() {
         cs.push_back(c);
       }
   // Decode against unpacked weights (up to 8 rows; 9 leave the streaming paths, and bf16 A
-  // with bf16 [N, K] B from 7 rows on AMX hosts: kGemvRowsAmx), strided A,
+  // with bf16 [N, K] B from 7 rows on AMX hosts where K is not a multiple of 32:
+  // kGemvRowsAmx), strided A,
   // beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C:
   //   [N, K] (KernelTable::gemv_rows): every row count and its B-row grouping, K below and
   //          past a vector with a tail, N past a panel with a tail;
@@ -192,6 +193,21 @@ std::vector<Case> edge_cases() {
           c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
           cs.push_back(c);
         }
+  // bf16 [N, K] decode with K a multiple of 32, which the AMX unit runs on the tiles
+  // against A^T pairs (gemv_rows_tiles): every row count, 16-row groups of B whole and cut
+  // short (N = 70: a 6-row last group; 131: 3), A in place and strided (below 4 rows).
+  for (int64_t M = 1; M <= 8; ++M) {
+    Case c;
+    c.M = M, c.N = M % 2 ? 70 : 131, c.K = 32 * M;
+    c.a = c.b = c.c = DType::kBF16;
+    c.packed = false;
+    c.lda_pad = M % 2 ? 3 : 0;
+    c.ldc_pad = M % 3;
+    c.alpha = M % 4 ? 1.0f : 0.5f;
+    c.beta = M % 2 ? 0.0f : 0.75f;
+    c.bias = M % 3 == 1 ? Bias::kF32 : M % 3 == 2 ? Bias::kBF16 : Bias::kNone;
+    cs.push_back(c);
+  }
   // [N, K] decode from 4 rows with A's rows a multiple of 1 KiB apart, which the row
   // kernels read from a copy at a skewed stride (gemv_a_stride): K a multiple of 1 KiB of
   // elements, or short of it with a tail, A's row padding past K not copied.
