@@ -313,11 +313,18 @@ size_t blocked_workspace_bytes(const GemmParams& p) {
   return std::max(plan_workspace_bytes(p), align_up(size_t(m.n_panels() * m.panel_bytes)) + plan_workspace_bytes(q));
 }
 
-// Shapes the streaming decode kernels take where a unit has them (streaming_gemv).
+// Calls whose A the streaming kernels can read as A^T pairs (KernelTable::gemv_pairs):
+// bf16 A and B [N, K], K a multiple of 32.
+bool pairs_shape(const GemmParams& p) {
+  return p.a.dtype == DType::kBF16 && p.b.dtype == DType::kBF16 && !p.b_kn && p.a.sizes[1] % 32 == 0;
+}
+
+// Shapes the streaming decode kernels take where a unit has them (streaming_gemv): up to
+// kGemvRowsM rows, or kGemvTileRowsM where A can be read as pairs.
 bool streaming_shape(const GemmParams& p) {
   const DType bt = p.b.dtype;
-  return !p.packed_b && p.activation == GemmActivation::kNone && p.a.sizes[0] <= kGemvRowsM && p.b.strides[1] == 1 &&
-         (bt == DType::kF32 || bt == DType::kBF16);
+  return !p.packed_b && p.activation == GemmActivation::kNone && p.a.sizes[0] <= (pairs_shape(p) ? kGemvTileRowsM : kGemvRowsM) &&
+         p.b.strides[1] == 1 && (bt == DType::kF32 || bt == DType::kBF16);
 }
 
 // Row stride (elements) of the per-thread copy of A the [N, K] row kernels read, or 0 to
@@ -344,26 +351,23 @@ size_t gemv_a_copy_bytes(const GemmParams& p) {
   return align_up(size_t(gemv_a_stride(p) * p.a.sizes[0]) * dtype_size(p.a.dtype));
 }
 
-// A^T pairs for gemv_rows kernels that read them (KernelTable::gemv_pairs): bf16 A and B
-// [N, K], K a multiple of 32; else 0.
-size_t gemv_pairs_bytes(const GemmParams& p) {
-  const int64_t K = p.a.sizes[1];
-  const bool takes = p.a.dtype == DType::kBF16 && p.b.dtype == DType::kBF16 && !p.b_kn && K % 32 == 0;
-  return takes ? align_up(size_t(K) * 32) : 0;
-}
+// A^T pairs for gemv_rows kernels that read them (KernelTable::gemv_pairs), else 0.
+size_t gemv_pairs_bytes(const GemmParams& p) { return pairs_shape(p) ? align_up(size_t(p.a.sizes[1]) * 32) : 0; }
 
 // A thread's share of the streaming kernels' workspace: its copy of A, then its A^T pairs.
 size_t gemv_thread_bytes(const GemmParams& p) { return gemv_a_copy_bytes(p) + gemv_pairs_bytes(p); }
 
-// The blocked path's size, or the streaming path's copies of A if larger. Those are sized
-// at min(M, kGemvRowsM) rows, so the size never shrinks as M grows past the switch (a
-// grouped GEMM sizes one workspace from its largest group).
+// The blocked path's size, or the streaming path's if larger. That is sized at min(M,
+// rows) rows for both streaming row limits, so the size never shrinks as M grows past a
+// switch (a grouped GEMM sizes one workspace from its largest group).
 size_t workspace_bytes(const GemmParams& p) {
-  GemmParams q = p;
-  q.a.sizes[0] = std::min<int64_t>(p.a.sizes[0], kGemvRowsM);
-  const size_t blocked = blocked_workspace_bytes(p);
-  if (!streaming_shape(q)) return blocked;
-  return std::max(blocked, gemv_thread_bytes(q) * size_t(std::max(1, num_threads())) + kAlign);
+  size_t bytes = blocked_workspace_bytes(p);
+  for (const int64_t rows : {kGemvRowsM, kGemvTileRowsM}) {
+    GemmParams q = p;
+    q.a.sizes[0] = std::min(p.a.sizes[0], rows);
+    if (streaming_shape(q)) bytes = std::max(bytes, gemv_thread_bytes(q) * size_t(std::max(1, num_threads())) + kAlign);
+  }
+  return bytes;
 }
 
 // A thread's share of the work: panels [p0, p1) of row chunks [ic0, ic1) — or, where a
@@ -878,7 +882,8 @@ GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
   // / 8 0.86-0.88 / 0.81x. With pairs the AMX unit's gemv_rows streams on the tiles, at
   // the packed GEMV's rate. A [K, N] B keeps gemv_kn: packing its panels costs more (M = 7
   // / 8 on the tiles 3.9 ms against 2.5-2.7).
-  const bool pairs = kt.gemv_pairs && gemv_pairs_bytes(p) > 0;
+  const bool pairs = kt.gemv_pairs && pairs_shape(p);
+  if (p.a.sizes[0] > kGemvRowsM && !pairs) return nullptr;  // the row kernels' limit
   if (kt.amx_block && amx_eligible(p) && !p.b_kn && !pairs && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
   return p.b_kn ? kt.gemv_kn : kt.gemv_rows;
 }
@@ -914,13 +919,14 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
     }
     const int64_t lda = a_stride > 0 ? a_stride : p.a.strides[0];
     uint16_t* pairs = nullptr;
-    if (kt.gemv_pairs && gemv_pairs_bytes(p) > 0) {
+    if (kt.gemv_pairs && pairs_shape(p)) {
       pairs = reinterpret_cast<uint16_t*>(mine + gemv_a_copy_bytes(p));
       kt.gemv_pairs(static_cast<const uint16_t*>(a), lda, int(M), K, pairs);
     }
 #pragma omp for schedule(static)
     for (int64_t q = 0; q < groups; ++q) {
-      alignas(64) float acc[kGemvRowsM * kGemvKnCols];
+      alignas(64) float acc[kGemvRowsM * kGemvKnCols];  // [N, K]: m (<= kGemvTileRowsM) x kNR
+      static_assert(kGemvTileRowsM * kNR <= kGemvRowsM * kGemvKnCols);
       const int64_t j0 = q * per_group, j1 = std::min(panels, j0 + per_group);
       GemvRowsArgs g;
       g.m = int(M), g.nb = int(std::min(N, j1 * kNR) - j0 * kNR), g.K = K;

@@ -121,14 +121,15 @@ struct Gemv4Args {
 };
 using Gemv4Fn = void (*)(const Gemv4Args&);
 
-// Decode against unpacked weights (gemm.cpp, run_streaming_gemv): rows r < m (<= kGemvRowsM) of
-// A times nb (<= kNR) rows of B ([N, K] with unit K stride, f32 or bf16), each dot product
-// over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
+// Decode against unpacked weights (gemm.cpp, run_streaming_gemv): rows r < m of A (<=
+// kGemvRowsM, or kGemvTileRowsM with pairs) times nb (<= kNR) rows of B ([N, K] with unit
+// K stride, f32 or bf16), each dot product over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
 // no packing pass runs for a call that reads each weight once.
 // gemv_kn takes the same arguments for B [K, N] with unit N stride (b: element (k, n0) at
 // b + k * ldb): nb <= kGemvKnCols columns, the 64-column panel q of them in acc + q * m *
 // kNR (row stride kNR). Each output sums over k in order.
 inline constexpr int kGemvRowsM = 8;
+inline constexpr int kGemvTileRowsM = 16;  // rows a gemv_rows given A^T pairs takes (one C^T tile's columns)
 inline constexpr int kGemvKnCols = 32 * kNR;
 struct GemvRowsArgs {
   int m, nb;

@@ -165,7 +165,7 @@ std::vector<Case> edge_cases() {
       }
   // Decode against unpacked weights (up to 8 rows; 9 leave the streaming paths, and bf16 A
   // with bf16 [N, K] B from 7 rows on AMX hosts where K is not a multiple of 32:
-  // kGemvRowsAmx), strided A,
+  // kGemvRowsAmx; K a multiple of 32 below), strided A,
   // beta, bias, f32 / bf16 (bf16 A with bf16 B), bf16 C:
   //   [N, K] (KernelTable::gemv_rows): every row count and its B-row grouping, K below and
   //          past a vector with a tail, N past a panel with a tail;
@@ -194,9 +194,10 @@ std::vector<Case> edge_cases() {
           cs.push_back(c);
         }
   // bf16 [N, K] decode with K a multiple of 32, which the AMX unit runs on the tiles
-  // against A^T pairs (gemv_rows_tiles): every row count, 16-row groups of B whole and cut
-  // short (N = 70: a 6-row last group; 131: 3), A in place and strided (below 4 rows).
-  for (int64_t M = 1; M <= 8; ++M) {
+  // against A^T pairs (gemv_rows_tiles) up to kGemvTileRowsM = 16 rows (17: the blocked
+  // path): every row count, 16-row groups of B whole and cut short (N = 70: a 6-row last
+  // group; 131: 3), A in place and strided (below 4 rows), copied (4 rows and up).
+  for (int64_t M = 1; M <= 17; ++M) {
     Case c;
     c.M = M, c.N = M % 2 ? 70 : 131, c.K = 32 * M;
     c.a = c.b = c.c = DType::kBF16;
