@@ -352,7 +352,9 @@ size_t gemv_a_copy_bytes(const GemmParams& p) {
 }
 
 // A^T pairs for gemv_rows kernels that read them (KernelTable::gemv_pairs), else 0.
-size_t gemv_pairs_bytes(const GemmParams& p) { return pairs_shape(p) ? align_up(size_t(p.a.sizes[1]) * 32) : 0; }
+size_t gemv_pairs_bytes(const GemmParams& p) {
+  return pairs_shape(p) ? align_up(size_t((p.a.sizes[0] + 15) / 16) * size_t(p.a.sizes[1]) * 32) : 0;
+}
 
 // A thread's share of the streaming kernels' workspace: its copy of A, then its A^T pairs.
 size_t gemv_thread_bytes(const GemmParams& p) { return gemv_a_copy_bytes(p) + gemv_pairs_bytes(p); }
@@ -905,7 +907,10 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
   const int64_t per_group = p.b_kn ? std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR) : 1;
   const int64_t groups = (panels + per_group - 1) / per_group;
   const size_t esize = dtype_size(p.b.dtype);
-  const int64_t a_stride = gemv_a_stride(p);
+  // The tiles read A as pairs, built once per thread; the row kernels read it in place or
+  // from a copy (gemv_a_stride).
+  const bool use_pairs = kt.gemv_pairs && pairs_shape(p);
+  const int64_t a_stride = use_pairs ? 0 : gemv_a_stride(p);
 #pragma omp parallel num_threads(num_threads()) if (groups > 1)
   {
     const numerics::DenormalsAsZero daz(bf16_daz(p));  // once per thread, not per group
@@ -919,7 +924,7 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
     }
     const int64_t lda = a_stride > 0 ? a_stride : p.a.strides[0];
     uint16_t* pairs = nullptr;
-    if (kt.gemv_pairs && pairs_shape(p)) {
+    if (use_pairs) {
       pairs = reinterpret_cast<uint16_t*>(mine + gemv_a_copy_bytes(p));
       kt.gemv_pairs(static_cast<const uint16_t*>(a), lda, int(M), K, pairs);
     }

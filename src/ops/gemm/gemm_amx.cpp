@@ -161,29 +161,36 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
   }
 }
 
-// Unpacked bf16 B [N, K] against up to 16 bf16 rows of A (KernelTable::gemv_rows) on the
-// tiles: C^T = B . A^T, so 16 of B's rows load as one A-operand tile straight from memory
-// (64 bytes of k each: no packing pass) against a B-operand tile of A^T pairs (gemv_pairs,
-// built once per thread), into C^T [16 B rows][16 A rows]. A tile product per 16 lines of
+// Unpacked bf16 B [N, K] against up to kGemvTileRowsM bf16 rows of A (KernelTable::
+// gemv_rows) on the tiles: C^T = B . A^T, so 16 of B's rows load as one A-operand tile
+// straight from memory (64 bytes of k each: no packing pass) against B-operand tiles of
+// A^T pairs (gemv_pairs, built once per thread), into C^T [16 B rows][16 A rows] per 16
+// rows of A (tmm0-3). A tile product per 16 lines of
 // B leaves the core's ports to the stream, where the vdpbf16ps row kernel spends one
 // instruction per A row on each line and from 7 rows runs compute-bound. The 16 row
 // streams need no software prefetch: the hardware prefetchers follow them (prefetches 128
 // B-4 KiB ahead measured level to 0.85x). N = K = 4096, 2 threads, weights rotated past
 // the LLC, Sapphire Rapids VM, alternating in one process against the row kernel: M = 1
 // / 2 / 3 / 5 level / 1.03x / 1.04-1.07x / 1.03-1.06x, M = 7 / 8 1.43-1.48x (~30 GB/s, as
-// the packed GEMV); M = 9 / 12 / 16, which packed each panel for the AMX blocks, 1.36-1.43x.
+// the packed GEMV); M = 9-64, which packed each panel for the AMX blocks, 1.34-1.47x.
 // Without pairs (f32 A, K not a multiple of 32): this unit's row kernels.
 void gemv_rows_tiles(const GemvRowsArgs& g) {
   if (!g.pairs) return gemv_rows(g);
   if (!t_configured) configure();
   const char* b = static_cast<const char*>(g.b);
   const int64_t ldb = g.ldb * 2;
+  const int groups = (g.m + 15) / 16;  // C^T tiles 0 .. groups - 1, A rows 16 t .. 16 t + 15
+  const uint16_t* pt[4];
+  for (int t = 0; t < 4; ++t) pt[t] = g.pairs + std::min(t, groups - 1) * g.K * 16;
   alignas(64) float ct[16 * 16];
   alignas(64) uint8_t stage[16 * 64];  // a last group's live rows, zeros past them
   for (int n0 = 0; n0 < g.nb; n0 += 16) {
     const int live = std::min(16, g.nb - n0);
     const char* bg = b + n0 * ldb;
     _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
     for (int64_t k = 0; k < g.K; k += 32) {
       if (live == 16) {
         _tile_loadd(4, bg + k * 2, ldb);
@@ -192,23 +199,46 @@ void gemv_rows_tiles(const GemvRowsArgs& g) {
           _mm512_store_si512(stage + 64 * r, r < live ? _mm512_loadu_si512(bg + r * ldb + k * 2) : _mm512_setzero_si512());
         _tile_loadd(4, stage, 64);
       }
-      _tile_loadd(6, g.pairs + k * 16, 64);
+      // Pair tiles alternate between tmm6 and tmm7, so a load need not wait for the product
+      // that reads the other.
+      _tile_loadd(6, pt[0] + k * 16, 64);
       _tile_dpbf16ps(0, 4, 6);
+      if (groups > 1) {
+        _tile_loadd(7, pt[1] + k * 16, 64);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (groups > 2) {
+        _tile_loadd(6, pt[2] + k * 16, 64);
+        _tile_dpbf16ps(2, 4, 6);
+      }
+      if (groups > 3) {
+        _tile_loadd(7, pt[3] + k * 16, 64);
+        _tile_dpbf16ps(3, 4, 7);
+      }
     }
-    _tile_stored(0, ct, 64);
-    for (int i = 0; i < live; ++i)
-      for (int r = 0; r < g.m; ++r) g.acc[r * kNR + n0 + i] = ct[i * 16 + r];
+    for (int t = 0; t < groups; ++t) {
+      switch (t) {  // tile numbers are immediates
+        case 0: _tile_stored(0, ct, 64); break;
+        case 1: _tile_stored(1, ct, 64); break;
+        case 2: _tile_stored(2, ct, 64); break;
+        default: _tile_stored(3, ct, 64); break;
+      }
+      const int rows = std::min(16, g.m - 16 * t);
+      for (int i = 0; i < live; ++i)
+        for (int r = 0; r < rows; ++r) g.acc[(16 * t + r) * kNR + n0 + i] = ct[i * 16 + r];
+    }
   }
 }
 
 // A^T pairs (KernelTable::gemv_pairs): 16 dword pairs of 16 rows per transpose.
 void gemv_pairs(const uint16_t* a, int64_t lda, int m, int64_t K, uint16_t* dst) {
-  for (int64_t p0 = 0; p0 < K / 2; p0 += 16) {
-    __m512i r[16];
-    for (int i = 0; i < 16; ++i) r[i] = i < m ? _mm512_loadu_si512(a + i * lda + 2 * p0) : _mm512_setzero_si512();
-    simd::Avx512::transpose16(r);
-    for (int c = 0; c < 16; ++c) _mm512_store_si512(dst + (p0 + c) * 32, r[c]);
-  }
+  for (int r0 = 0; r0 < m; r0 += 16, dst += K * 16)
+    for (int64_t p0 = 0; p0 < K / 2; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = r0 + i < m ? _mm512_loadu_si512(a + (r0 + i) * lda + 2 * p0) : _mm512_setzero_si512();
+      simd::Avx512::transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_store_si512(dst + (p0 + c) * 32, r[c]);
+    }
 }
 
 void amx_release() {

@@ -129,7 +129,7 @@ using Gemv4Fn = void (*)(const Gemv4Args&);
 // b + k * ldb): nb <= kGemvKnCols columns, the 64-column panel q of them in acc + q * m *
 // kNR (row stride kNR). Each output sums over k in order.
 inline constexpr int kGemvRowsM = 8;
-inline constexpr int kGemvTileRowsM = 16;  // rows a gemv_rows given A^T pairs takes (one C^T tile's columns)
+inline constexpr int kGemvTileRowsM = 64;  // rows a gemv_rows given A^T pairs takes (four C^T tiles of 16)
 inline constexpr int kGemvKnCols = 32 * kNR;
 struct GemvRowsArgs {
   int m, nb;
@@ -142,7 +142,7 @@ struct GemvRowsArgs {
   DType b_dtype;
   float* acc;     // m x kNR
   bool l2_ahead = false;  // prefetch the next rows (gemv_rows) or wide blocks (gemv_kn) into L2 (KernelTable::gemv_l2_ahead)
-  const uint16_t* pairs = nullptr;  // A^T in bf16 pairs [K/2][16][2] where KernelTable::gemv_pairs built them, else null
+  const uint16_t* pairs = nullptr;  // A^T in bf16 pairs [ceil(m/16)][K/2][16][2] where KernelTable::gemv_pairs built them, else null
 };
 
 // The gemv_rows kernels' group of NB B rows from row n0 of the call: b[j] is row n0 + j,
@@ -212,7 +212,8 @@ struct KernelTable {
   bool (*pack_strips)(const TensorView& b, bool kn, int64_t j, int64_t k0, int64_t kc, float* dst) = nullptr;
   void (*gemv_rows)(const GemvRowsArgs&) = nullptr;  // optional
   // Optional, for a gemv_rows that reads A as pairs (GemvRowsArgs::pairs): writes the m
-  // (<= 16) bf16 rows of A (lda apart, K a multiple of 32) as [K/2][16][2], rows past m zero.
+  // (<= kGemvTileRowsM) bf16 rows of A (lda apart, K a multiple of 32) in groups of 16 as
+  // [ceil(m/16)][K/2][16][2], rows past m zero.
   void (*gemv_pairs)(const uint16_t* a, int64_t lda, int m, int64_t K, uint16_t* dst) = nullptr;
   bool gemv_l2_ahead = false;  // gemv_rows / gemv_kn run the next B rows into L2 ahead of their loads
   void (*gemv_kn)(const GemvRowsArgs&) = nullptr;    // optional
