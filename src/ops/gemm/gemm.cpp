@@ -915,7 +915,8 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
   {
     const numerics::DenormalsAsZero daz(bf16_daz(p));  // once per thread, not per group
     const void* a = p.a.data;
-    uint8_t* mine = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data))) + size_t(omp_get_thread_num()) * gemv_thread_bytes(p);
+    uint8_t* mine = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data))) +
+                    size_t(omp_get_thread_num()) * gemv_thread_bytes(p);  // its copy of A, then its pairs
     if (a_stride > 0) {
       const size_t es = dtype_size(p.a.dtype);
       for (int64_t r = 0; r < M; ++r)

@@ -123,8 +123,9 @@ using Gemv4Fn = void (*)(const Gemv4Args&);
 
 // Decode against unpacked weights (gemm.cpp, run_streaming_gemv): rows r < m of A (<=
 // kGemvRowsM, or kGemvTileRowsM with pairs) times nb (<= kNR) rows of B ([N, K] with unit
-// K stride, f32 or bf16), each dot product over the whole K, into acc[r * kNR + n]. B rows are read whole and in address order, so
-// no packing pass runs for a call that reads each weight once.
+// K stride, f32 or bf16), each dot product over the whole K, into acc[r * kNR + n]. B
+// rows are read whole and in address order, so no packing pass runs for a call that
+// reads each weight once.
 // gemv_kn takes the same arguments for B [K, N] with unit N stride (b: element (k, n0) at
 // b + k * ldb): nb <= kGemvKnCols columns, the 64-column panel q of them in acc + q * m *
 // kNR (row stride kNR). Each output sums over k in order.
