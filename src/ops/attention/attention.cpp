@@ -315,8 +315,8 @@ struct FlashJobs {
         const Tile t = tile_of(job % (head_chunks * q_tiles(b)), head_chunks, q_tiles(b), 1);
         const int64_t heads = std::min(G, (t.hc + 1) * heads_per_job) - t.hc * heads_per_job;
         const int64_t i0 = t.qt * q_per_job, i1 = std::min(sq, i0 + q_per_job);
-        // Row i sees keys [clamp(i + ca), clamp(i + ce)) of [0, skv), both ends rising
-        // with i (a side without a bound: 0 or skv throughout).
+        // Row i sees keys [clamp(i + r0.lo), clamp(i + r0.hi)) of [0, skv), both ends
+        // rising with i (a side without a bound: 0 or skv throughout).
         const KeyRange r0 = visible_range(cfg, 0, skv - sq);
         const auto sum_ends = [&](int64_t c, bool bounded, int64_t unbounded) {
           return bounded ? sum_clamped(i0, i1, c, skv) : (i1 - i0) * unbounded;

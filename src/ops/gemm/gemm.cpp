@@ -342,7 +342,7 @@ bool streaming_shape(const GemmParams& p) {
 // A a block at a time already.)
 int64_t gemv_a_stride(const GemmParams& p) {
   const int64_t M = p.a.sizes[0], es = int64_t(dtype_size(p.a.dtype));
-  if (p.b_kn || M < 4 || (p.a.strides[0] * es) % 1024 != 0) return 0;
+  if (p.b_kn || M < 4 || M > kGemvRowsM || (p.a.strides[0] * es) % 1024 != 0) return 0;  // past 8 rows: the tiles
   const int64_t row = (p.a.sizes[1] * es + 63) / 64 * 64;
   return (row % 1024 == 0 ? row + 64 : row) / es;
 }
@@ -864,7 +864,7 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
 }
 
 // Decode against unpacked f32 / bf16 weights with unit inner stride, up to kGemvRowsM rows
-// of A: packing B first reads and writes every weight once more for a call that uses each
+// of A (kGemvTileRowsM on the AMX tiles): packing B first reads and writes every weight once more for a call that uses each
 // once. It ran at 1-2 GB/s of [N, K] weights (a panel's 64 rows gathered element by
 // element) and 0.8 GB/s of [K, N] ones (gathered a column at a time): M = 1, N = K = 4096
 // bf16 took 27.0 / 43.8 ms, now ~2.2 / 2.4. The streaming kernel for B's layout, or null:
