@@ -311,22 +311,21 @@ struct FlashJobs {
     const int64_t G = g.Nq / g.Nkv;
     for (int64_t b = 0; b < g.B; ++b) {
       const int64_t sq = g.sq(b), skv = g.skv(b);
+      // Row i sees keys [clamp(i + r0.lo), clamp(i + r0.hi)) of [0, skv), both ends rising
+      // with i; a side without a bound is 0 or skv throughout.
+      const KeyRange r0 = visible_range(cfg, 0, skv - sq);
+      const auto end_at = [&](int64_t i, int64_t c, int64_t unbounded) {
+        return c == unbounded ? (unbounded == INT64_MIN ? 0 : skv) : std::clamp<int64_t>(i + c, 0, skv);
+      };
+      const auto sum_ends = [&](int64_t i0, int64_t i1, int64_t c, int64_t unbounded) {
+        return c == unbounded ? (i1 - i0) * end_at(0, c, unbounded) : sum_clamped(i0, i1, c, skv);
+      };
       for (int64_t job = 0; job < per_batch(b); ++job) {
         const Tile t = tile_of(job % (head_chunks * q_tiles(b)), head_chunks, q_tiles(b), 1);
         const int64_t heads = std::min(G, (t.hc + 1) * heads_per_job) - t.hc * heads_per_job;
         const int64_t i0 = t.qt * q_per_job, i1 = std::min(sq, i0 + q_per_job);
-        // Row i sees keys [clamp(i + r0.lo), clamp(i + r0.hi)) of [0, skv), both ends
-        // rising with i (a side without a bound: 0 or skv throughout).
-        const KeyRange r0 = visible_range(cfg, 0, skv - sq);
-        const auto sum_ends = [&](int64_t c, bool bounded, int64_t unbounded) {
-          return bounded ? sum_clamped(i0, i1, c, skv) : (i1 - i0) * unbounded;
-        };
-        const auto end_at = [&](int64_t i, int64_t c, bool bounded, int64_t unbounded) {
-          return bounded ? std::clamp<int64_t>(i + c, 0, skv) : unbounded;
-        };
-        const bool lo_bound = r0.lo != INT64_MIN, hi_bound = r0.hi != INT64_MAX;
-        const int64_t seen = sum_ends(r0.hi, hi_bound, skv) - sum_ends(r0.lo, lo_bound, 0);
-        const int64_t span = end_at(i1 - 1, r0.hi, hi_bound, skv) - end_at(i0, r0.lo, lo_bound, 0);
+        const int64_t seen = sum_ends(i0, i1, r0.hi, INT64_MAX) - sum_ends(i0, i1, r0.lo, INT64_MIN);
+        const int64_t span = end_at(i1 - 1, r0.hi, INT64_MAX) - end_at(i0, r0.lo, INT64_MIN);
         *std::min_element(busy.begin(), busy.end()) += double(seen * heads) + kSharedCost * double(std::max<int64_t>(span, 0));
       }
     }

@@ -351,6 +351,9 @@ size_t gemv_a_copy_bytes(const GemmParams& p) {
   return align_up(size_t(gemv_a_stride(p) * p.a.sizes[0]) * dtype_size(p.a.dtype));
 }
 
+// Whether this unit's gemv_rows reads A as pairs for the call (the AMX tiles).
+bool reads_pairs(const GemmParams& p, const KernelTable& kt) { return kt.gemv_pairs && pairs_shape(p); }
+
 // A^T pairs for gemv_rows kernels that read them (KernelTable::gemv_pairs), else 0.
 size_t gemv_pairs_bytes(const GemmParams& p) {
   return pairs_shape(p) ? align_up(size_t((p.a.sizes[0] + 15) / 16) * size_t(p.a.sizes[1]) * 32) : 0;
@@ -884,7 +887,7 @@ GemvFn streaming_gemv(const GemmParams& p, const KernelTable& kt) {
   // / 8 0.86-0.88 / 0.81x. With pairs the AMX unit's gemv_rows streams on the tiles, at
   // the packed GEMV's rate. A [K, N] B keeps gemv_kn: packing its panels costs more (M = 7
   // / 8 on the tiles 3.9 ms against 2.5-2.7).
-  const bool pairs = kt.gemv_pairs && pairs_shape(p);
+  const bool pairs = reads_pairs(p, kt);
   if (p.a.sizes[0] > kGemvRowsM && !pairs) return nullptr;  // the row kernels' limit
   if (kt.amx_block && amx_eligible(p) && !p.b_kn && !pairs && p.a.sizes[0] > kGemvRowsAmx) return nullptr;
   return p.b_kn ? kt.gemv_kn : kt.gemv_rows;
@@ -907,9 +910,12 @@ void run_streaming_gemv(const GemmParams& p, const KernelTable& kt, GemvFn gemv,
   const int64_t per_group = p.b_kn ? std::clamp<int64_t>((panels + num_threads() - 1) / num_threads(), 1, kGemvKnCols / kNR) : 1;
   const int64_t groups = (panels + per_group - 1) / per_group;
   const size_t esize = dtype_size(p.b.dtype);
-  // The tiles read A as pairs, built once per thread; the row kernels read it in place or
-  // from a copy (gemv_a_stride).
-  const bool use_pairs = kt.gemv_pairs && pairs_shape(p);
+  // The tiles read A as pairs, the row kernels in place or from a copy (gemv_a_stride).
+  // Both are built per thread, into that core's own caches, as the copy's comment says.
+  // Not by pack_panel: its panels are 64 columns wide whatever M is, and it fills the
+  // columns past the last whole 8 element by element (M = 1: 512 KiB at K = 4096, nearly
+  // all of it zeros written one at a time, in a 1.1 ms call).
+  const bool use_pairs = reads_pairs(p, kt);
   const int64_t a_stride = use_pairs ? 0 : gemv_a_stride(p);
 #pragma omp parallel num_threads(num_threads()) if (groups > 1)
   {
