@@ -285,24 +285,57 @@ int64_t sum_clamped(int64_t i0, int64_t i1, int64_t c, int64_t n) {
   return (hi - lo) * (lo + hi - 1 + 2 * c) / 2 + (i1 - hi) * n;
 }
 
-// Jobs of flash attention: per batch, per kv head, per head chunk and query tile.
+// Jobs of flash attention: per batch, per kv head, per head chunk, query tile and KV
+// split (flash_splits).
 struct FlashJobs {
   const FlashAttentionParams* p = nullptr;
   FlashGeo g;
   Config cfg;
   int64_t heads_per_job = 1, q_per_job = 1, head_chunks = 1;
+  int64_t splits = 1;
+  float* part = nullptr;  // splits > 1: per query row and split, Dv outputs then the lse
   int64_t q_tiles(int64_t b) const { return (g.sq(b) + q_per_job - 1) / q_per_job; }
-  int64_t per_batch(int64_t b) const { return g.Nkv * head_chunks * q_tiles(b); }
+  int64_t per_batch(int64_t b) const { return g.Nkv * head_chunks * q_tiles(b) * splits; }
   int64_t total() const {
     int64_t n = 0;
     for (int64_t b = 0; b < g.B; ++b) n += per_batch(b);
     return n;
   }
+  // Query rows (token, head) in token order: a split's partials and the merge index them.
+  int64_t first_token(int64_t b) const { return g.cu_q ? g.cu_q[b] : b * g.Sq; }
+  int64_t rows_total() const { return first_token(g.B) * g.Nq; }
+  float* part_of(int64_t row, int64_t sp) const { return part + (row * splits + sp) * (cfg.Dv + 1); }
+  size_t part_bytes() const { return splits > 1 ? align_up(size_t(rows_total() * splits * (cfg.Dv + 1)) * sizeof(float)) : 0; }
+  // KV blocks of the longest key range a sequence's rows see (a job's split cuts its own
+  // range, which lies within): what kv_splits weighs, whatever the job height.
+  int64_t span_blocks() const {
+    int64_t n = 0;
+    for (int64_t b = 0; b < g.B; ++b) {
+      const int64_t sq = g.sq(b), skv = g.skv(b);
+      if (sq == 0) continue;
+      const int64_t lo = std::clamp<int64_t>(visible_range(cfg, 0, skv - sq).lo, 0, skv);
+      n = std::max(n, std::clamp<int64_t>(visible_range(cfg, sq - 1, skv - sq).hi, lo, skv) - lo);
+    }
+    return (n + kKvBlock - 1) / kKvBlock;
+  }
+  // Where row (b, i, h) of the call finishes: its out row and lse entry (or null).
+  void final_row(int64_t b, int64_t i, int64_t h, void** out, float** lse) const {
+    const FlashAttentionParams& P = *p;
+    const Seq os = seq_of(P.out, P.layout, g, true, b);
+    *out = static_cast<uint8_t*>(P.out.data) + size_t(os.base + i * os.ps + h * os.hs) * esize(P.q.dtype);
+    *lse = nullptr;
+    if (!P.lse.empty()) {
+      float* l = static_cast<float*>(P.lse.data);
+      *lse = P.layout == AttnLayout::kTND ? l + h * P.lse.strides[0] + (g.cu_q[b] + i) * P.lse.strides[1]
+                                          : l + b * P.lse.strides[0] + h * P.lse.strides[1] + i * P.lse.strides[2];
+    }
+  }
   // The call's time on `threads` threads, in row-key units: jobs go in index order to the
   // first free thread (run_jobs' dynamic schedule), each costing the keys its rows see
   // plus kSharedCost row-equivalents per key of its span for the work its rows share (K /
-  // V reads, V staging). 28 fits the AMX kernel, whose 64-row jobs took 1.15-1.22x the
-  // time of 128-row ones per row and key (stop 56). For calls of a few jobs only.
+  // V reads, V staging), a KV split an equal part of that. 28 fits the AMX kernel, whose
+  // 64-row jobs took 1.15-1.22x the time of 128-row ones per row and key (stop 56). For
+  // calls of a few jobs only.
   static constexpr int kEstThreads = 64;  // est_time's most threads (no allocation in a call)
   double est_time(int threads) const {
     constexpr double kSharedCost = 28.0;
@@ -321,12 +354,13 @@ struct FlashJobs {
         return c == unbounded ? (i1 - i0) * end_at(0, c, unbounded) : sum_clamped(i0, i1, c, skv);
       };
       for (int64_t job = 0; job < per_batch(b); ++job) {
-        const Tile t = tile_of(job % (head_chunks * q_tiles(b)), head_chunks, q_tiles(b), 1);
+        const Tile t = tile_of(job % (head_chunks * q_tiles(b) * splits), head_chunks, q_tiles(b), splits);
         const int64_t heads = std::min(G, (t.hc + 1) * heads_per_job) - t.hc * heads_per_job;
         const int64_t i0 = t.qt * q_per_job, i1 = std::min(sq, i0 + q_per_job);
         const int64_t seen = sum_ends(i0, i1, r0.hi, INT64_MAX) - sum_ends(i0, i1, r0.lo, INT64_MIN);
         const int64_t span = end_at(i1 - 1, r0.hi, INT64_MAX) - end_at(i0, r0.lo, INT64_MIN);
-        *std::min_element(busy.begin(), busy.end()) += double(seen * heads) + kSharedCost * double(std::max<int64_t>(span, 0));
+        const double cost = double(seen * heads) + kSharedCost * double(std::max<int64_t>(span, 0));
+        *std::min_element(busy.begin(), busy.end()) += cost / double(splits);
       }
     }
     return *std::max_element(busy.begin(), busy.end());
@@ -337,12 +371,12 @@ struct FlashJobs {
     const int64_t b = cur.b;
     idx -= cur.first;
     const int64_t qt_n = q_tiles(b);
-    const int64_t per_head = head_chunks * qt_n;
+    const int64_t per_head = head_chunks * qt_n * splits;
     const int64_t kvh = idx / per_head;
-    const Tile t = tile_of(idx % per_head, head_chunks, qt_n, 1);
+    const Tile t = tile_of(idx % per_head, head_chunks, qt_n, splits);
     const FlashAttentionParams& P = *p;
     const Seq qs = seq_of(P.q, P.layout, g, true, b), ks = seq_of(P.k, P.layout, g, false, b),
-              vs = seq_of(P.v, P.layout, g, false, b), os = seq_of(P.out, P.layout, g, true, b);
+              vs = seq_of(P.v, P.layout, g, false, b);
     const size_t es = esize(P.q.dtype);
     auto ptr = [&](const TensorView& tv, int64_t off) { return static_cast<uint8_t*>(tv.data) + size_t(off) * es; };
     job.kv = KvView{};
@@ -350,27 +384,35 @@ struct FlashJobs {
     job.kv.v = ptr(P.v, vs.base + kvh * vs.hs);
     job.kv.k_rs = ks.ps;
     job.kv.v_rs = vs.ps;
-    job.kv_begin = 0;
-    job.kv_end = ks.len;
     job.offset = ks.len - qs.len;
     const int64_t G = g.Nq / g.Nkv;
     const int64_t h0 = kvh * G + t.hc * heads_per_job;
     const int64_t h1 = std::min(kvh * G + G, h0 + heads_per_job);
     const int64_t i0 = t.qt * q_per_job, i1 = std::min(qs.len, i0 + q_per_job);
+    job.kv_begin = 0;
+    job.kv_end = ks.len;
+    if (splits > 1) {  // split t.sp of the keys the rows see (their ranges rise with i), in whole blocks
+      const int64_t lo = std::clamp<int64_t>(visible_range(cfg, i0, job.offset).lo, 0, ks.len);
+      const int64_t hi = std::clamp<int64_t>(visible_range(cfg, i1 - 1, job.offset).hi, lo, ks.len);
+      const int64_t nblk = (hi - lo + kKvBlock - 1) / kKvBlock;
+      job.kv_begin = std::min(hi, lo + nblk * t.sp / splits * kKvBlock);
+      job.kv_end = std::min(hi, lo + nblk * (t.sp + 1) / splits * kKvBlock);
+    }
     job.nrows = 0;
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t h = h0; h < h1; ++h) {
         Row& r = job.rows[job.nrows++];
         r = Row{};
         r.q = ptr(P.q, qs.base + i * qs.ps + h * qs.hs);
-        r.out = ptr(P.out, os.base + i * os.ps + h * os.hs);
         r.qpos = i;
-        if (!P.lse.empty()) {
-          float* l = static_cast<float*>(P.lse.data);
-          r.lse = P.layout == AttnLayout::kTND ? l + h * P.lse.strides[0] + (g.cu_q[b] + i) * P.lse.strides[1]
-                                               : l + b * P.lse.strides[0] + h * P.lse.strides[1] + i * P.lse.strides[2];
+        if (splits > 1) {
+          r.part_out = part_of((first_token(b) + i) * g.Nq + h, t.sp);
+          r.lse = r.part_out + cfg.Dv;
+        } else {
+          final_row(b, i, h, &r.out, &r.lse);
         }
-        if (!P.sinks.empty()) r.sink = static_cast<const float*>(P.sinks.data)[h * P.sinks.strides[0]];
+        // A sink joins one split's sum only: the merge then adds it to the denominator once.
+        if (!P.sinks.empty() && t.sp == 0) r.sink = static_cast<const float*>(P.sinks.data)[h * P.sinks.strides[0]];
         if (!P.mask.empty()) {
           const TensorView& m = P.mask;
           r.mask = static_cast<const int8_t*>(m.data) + (m.sizes[0] == 1 ? 0 : b * m.strides[0]) +
@@ -596,15 +638,21 @@ int64_t even_splits(const DecodeJobs& d, int64_t jobs, int T) {
   return kEvenSplits;
 }
 
+// Splits per job for `jobs` jobs on T threads over keys of `blocks` KV blocks: enough for
+// every thread when there are fewer jobs, by the rules above; never more as jobs grow
+// (flash_workspace relies on it).
+int64_t kv_splits(int64_t jobs, int T, int64_t blocks) {
+  if (jobs >= T || jobs < 1) return 1;
+  const int64_t per_job = (T + jobs - 1) / jobs;
+  return std::clamp<int64_t>(std::max(std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks)), 1, 64);
+}
+
 int64_t decode_splits(const DecodeJobs& d, int64_t max_len) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
   const int64_t even = std::min(even_splits(d, jobs, T), blocks / kMinSplitBlocks);
-  if (jobs >= T) return std::max<int64_t>(1, even);
-  const int64_t per_job = (T + jobs - 1) / jobs;
-  const int64_t splits = std::max({std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks), even});
-  return std::clamp<int64_t>(splits, 1, 64);
+  return std::clamp<int64_t>(std::max(kv_splits(jobs, T, blocks), even), 1, 64);
 }
 
 int64_t longest(const DecodeJobs& d) {
@@ -663,6 +711,22 @@ void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse) {
     }
   }
   if (lse) *lse = m + float(std::log(sum));
+}
+
+// Merges a flash call's split partials row by row (rows in token order).
+template <class T>
+void merge_rows(const FlashJobs& j) {
+  const FlashGeo& g = j.g;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t row = 0; row < j.rows_total(); ++row) {
+    const int64_t t = row / g.Nq, h = row % g.Nq;
+    const int64_t b = g.cu_q ? std::upper_bound(g.cu_q, g.cu_q + g.B + 1, int32_t(t)) - g.cu_q - 1 : t / g.Sq;
+    void* o = nullptr;
+    float* lse = nullptr;
+    j.final_row(b, t - j.first_token(b), h, &o, &lse);
+    merge_row(j.splits, g.Dv, [&](int64_t sp) { return std::pair<const float*, float>(j.part_of(row, sp), j.part_of(row, sp)[g.Dv]); },
+              static_cast<T*>(o), lse);
+  }
 }
 
 // Merges split partials row by row.
@@ -907,22 +971,37 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   // two jobs where the other has one: of the kernel's job height and its halves down to 32
   // rows, the one with the least estimated time (est_time). One head (AMX VM, alternating):
   // S = 128 19 -> 11 us, S = 384 82 -> 67, causal S = 256 31 -> 25.
+  // Fewer jobs than threads (a few query rows against long keys: MQA decode, a short chunk
+  // over a contiguous cache) also split the KV axis, as decode does, and merge by lse.
   FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
   if (const int threads = num_threads(); threads > 1 && threads <= FlashJobs::kEstThreads && jobs.total() < 4 * threads) {
+    const auto plan = [&](int rows) {
+      FlashJobs j = flash_jobs(p, g, rows);
+      j.splits = kv_splits(j.total(), threads, j.span_blocks());
+      return j;
+    };
+    jobs = plan(k.prefill_rows);
     double best = jobs.est_time(threads);
     for (int rows = k.prefill_rows / 2; rows >= 32; rows /= 2) {
-      FlashJobs smaller = flash_jobs(p, g, rows);
+      FlashJobs smaller = plan(rows);
       if (const double t = smaller.est_time(threads); t < best) best = t, jobs = smaller;
     }
   }
   const size_t per_thread = scratch_bytes(jobs.cfg);
-  const size_t need = per_thread * size_t(num_threads()) + kAlign;
+  const size_t need = per_thread * size_t(num_threads()) + kAlign + jobs.part_bytes();
   OPTX_RETURN_IF_ERROR(flash_apart(p, workspace_view(ws, need)));
   if (ws.bytes < need || !ws.data)
     return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
                  " but flash_attention_workspace_size()=", need, " (at ", num_threads(), " threads)");
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
-  run_jobs(k, jobs.cfg, jobs.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor& cur) { jobs.make(idx, job, cur); });
+  Config c = jobs.cfg;
+  c.partial = jobs.splits > 1;
+  jobs.part = c.partial ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
+  run_jobs(k, c, jobs.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor& cur) { jobs.make(idx, job, cur); });
+  if (c.partial) {
+    if (c.bf16) merge_rows<uint16_t>(jobs);
+    else merge_rows<float>(jobs);
+  }
   return Status::Ok();
 }
 
@@ -969,10 +1048,15 @@ Status flash_check(const FlashAttentionParams& p) {
 Status paged_check(const PagedDecodeParams& p) { return paged_validate(p); }
 Status mla_check(const MlaDecodeParams& p) { return mla_validate(p); }
 
+// The partials are sized for the most splits any kernel's plan can take: jobs of the
+// tallest height are the fewest, and kv_splits never grows with the job count.
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
-  return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(num_threads()) + kAlign;
+  FlashJobs most = flash_jobs(p, g, kMaxFlashRows);
+  const int T = num_threads();
+  if (T > 1 && T <= FlashJobs::kEstThreads) most.splits = kv_splits(most.total(), T, most.span_blocks());
+  return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(T) + kAlign + most.part_bytes();
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }
 size_t mla_workspace(const MlaDecodeParams& p) { return mla_validate(p).ok() ? decode_workspace(mla_jobs(p)) : 0; }

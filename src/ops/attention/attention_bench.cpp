@@ -5,6 +5,8 @@
 // materialised [S, S] f32 score matrix, a causal softmax over it written as bf16 P (f32:
 // in place), then O = P V with optx's GEMM. FLOPs count the causal half of the square (4 S^2 D H / 2).
 // The same shape with a softcap, a bias or a mask tensor: optx against its plain call.
+// MQA decode over a contiguous cache (16 query heads, one KV head, Sq = 1 / 4 new tokens,
+// S = 16384): a single job, split along the keys; bytes = K / V read (bench_flash_decode).
 // peak_bytes: optx's workspace; basic's score + P buffers for one head (it runs heads one
 // at a time — all 16 at once would need 16x that).
 // paged_decode_attention / mla_decode_attention: bf16 caches, one new token; bytes = the
@@ -150,6 +152,66 @@ int copies_for(double bytes) { return int(std::max<double>(1.0, std::ceil(double
 // Per-token int8 of `rows` rows of `width` bf16 values, with kv_cache_write's quantiser.
 void quantize_rows(const uint16_t* x, int64_t rows, int64_t width, int64_t stride, int8_t* q, float* scales) {
   for (int64_t s = 0; s < rows; ++s) numerics::quantize_row_i8(x + s * stride, width, q + s * width, scales + s);
+}
+
+// flash_attention as MQA decode over a contiguous cache: bf16, B = 1, 16 query heads on one
+// KV head, D = 128, Sq new tokens (causal among them) against S keys, so a single job
+// (optx splits its keys across the threads). K / V copies rotate so the bytes come from
+// DRAM; bytes = the K and V read. basic: GEMM q K^T -> f32 scores [Sq * 16, S], softmax
+// -> bf16 P, GEMM P V.
+void bench_flash_decode(bench::Context& ctx, int64_t Sq, int64_t S) {
+  const int64_t Hq = 16, D = 128, rows = Sq * Hq, kv_elems = 2 * S * D;
+  const double kv_bytes = double(kv_elems * 2), flops = 2.0 * double(rows) * double(S) * double(2 * D);
+  const int copies = copies_for(kv_bytes);
+  bench::Buffer kv(size_t(copies) * size_t(kv_elems) * 2);  // copy c: K [S, D], then V [S, D]
+  testing::Rng rng(3);
+  testing::fill_bf16(kv.as<uint16_t>(), copies * kv_elems, rng);
+  std::vector<uint16_t> q(size_t(rows * D)), out(q.size()), basic_out(q.size());
+  testing::fill_bf16(q.data(), rows * D, rng);
+  const auto k_of = [&](int c) { return kv.as<uint16_t>() + size_t(c) * size_t(kv_elems); };
+  const auto params = [&](int c) {
+    return FlashAttentionParams{.q = make_view(q.data(), DType::kBF16, {1, Sq, Hq, D}), .k = make_view(k_of(c), DType::kBF16, {1, S, 1, D}),
+                                .v = make_view(k_of(c) + S * D, DType::kBF16, {1, S, 1, D}),
+                                .out = make_view(out.data(), DType::kBF16, {1, Sq, Hq, D}), .causal = true};
+  };
+  std::vector<uint8_t> ws(flash_attention_workspace_size(params(0)));
+  const std::string cs = "dtype=bf16 B=1 Hq=16 Hkv=1 Sq=" + std::to_string(Sq) + " S=" + std::to_string(S) + " D=128 causal=1";
+  const std::string key = "flash_attention " + cs;
+  bench::Record r{.op = "flash_attention", .case_ = cs, .impl = "optx", .roof = bench::Roof::kMemory};
+  r.peak_bytes = double(ws.size());
+  r.note = selected_impl("flash_attention") + ", " + std::to_string(copies) + " K / V copies rotated";
+  int set = 0, set_b = copies / 2;  // basic half the copies away (see bench_paged)
+  auto optx_call = [&] { bench::check(flash_attention(params(set++ % copies), {ws.data(), ws.size()}), key); };
+
+  bench::Buffer scores(size_t(rows * S) * 4), probs(size_t(rows * S) * 2);
+  const GemmParams qk{.a = make_view(q.data(), DType::kBF16, {rows, D}), .b = make_view(k_of(0), DType::kBF16, {S, D}),
+                      .c = make_view(scores.data(), DType::kF32, {rows, S}), .alpha = 1.0f / std::sqrt(float(D))};
+  const GemmParams pv{.a = make_view(probs.data(), DType::kBF16, {rows, S}), .b = make_view(k_of(0) + S * D, DType::kBF16, {S, D}),
+                      .c = make_view(basic_out.data(), DType::kBF16, {rows, D}), .b_kn = true};
+  std::vector<uint8_t> gws(std::max(gemm_workspace_size(qk), gemm_workspace_size(pv)));
+  const int th = ctx.threads;
+  bench::Record b{.op = "flash_attention", .case_ = cs, .impl = "basic", .roof = bench::Roof::kMemory};
+  b.peak_bytes = double(scores.bytes() + probs.bytes() + gws.size());
+  b.note = "GEMM -> [rows, S] f32 scores, causal softmax -> bf16 P, GEMM";
+  auto basic_seq = [&](int c) {
+    GemmParams a = qk, o = pv;
+    a.b.data = k_of(c), o.b.data = k_of(c) + S * D;
+    bench::check(gemm(a, {gws.data(), gws.size()}), key);
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {  // token row / Hq sees the keys up to its own position
+      const int64_t n = S - Sq + 1 + row / Hq;
+      float* sr = scores.as<float>() + row * S;
+      uint16_t* pr = probs.as<uint16_t>() + row * S;
+      bench::basic::softmax_f32(sr, sr, n);
+      bench::basic::f32_to_bf16_op(sr, pr, n);
+      std::fill(pr + n, pr + S, uint16_t(0));
+    }
+    bench::check(gemm(o, {gws.data(), gws.size()}), key);
+  };
+  bench::check(flash_attention(params(0), {ws.data(), ws.size()}), key);
+  basic_seq(0);
+  bench::expect_agree(key, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
+  ctx.add_interleaved(r, optx_call, b, [&] { basic_seq(set_b++ % copies); }, flops, kv_bytes);
 }
 
 // `basic` decode: the composition a framework runs for one sequence whose KV sits in a
@@ -433,6 +495,8 @@ void bench_attention(bench::Context& ctx) {
   if (ctx.wants("flash_attention")) {
     bench_flash(ctx, 4096, DType::kBF16);
     bench_flash(ctx, 256, DType::kBF16, 1);  // a call of few jobs (job heights chosen by schedule)
+    bench_flash_decode(ctx, 1, 16384);        // one job: its keys split across the threads
+    if (!ctx.quick) bench_flash_decode(ctx, 4, 16384);
     if (!ctx.quick) bench_flash(ctx, 8192, DType::kBF16);
     if (!ctx.quick) bench_flash(ctx, 4096, DType::kF32);
     if (!ctx.quick) bench_flash_logits(ctx);

@@ -105,6 +105,46 @@ TEST(FlashAttention, VarlenWithEmptySequences) {
   expect_all({c});
 }
 
+// Fewer jobs than threads (a few query rows against long keys) split the keys at 2
+// threads: every implementation against the reference at 1 and 2 threads, the split run
+// asking for its partials (a larger workspace) and agreeing with the unsplit one. Sinks
+// join one split only; a window leaves some rows no key in a split; D != Dv; a varlen
+// batch with an empty sequence; fully masked rows.
+TEST(FlashAttention, FewRowsSplitTheKeys) {
+  std::vector<FlashCase> cs;
+  FlashCase c;
+  c.Sq = 1, c.Skv = 700, c.Nq = 8, c.Nkv = 1, c.D = c.Dv = 64, c.causal = true, c.sinks = true;
+  cs.push_back(c);
+  c.dtype = DType::kBF16;
+  cs.push_back(c);
+  c.sinks = false, c.Sq = 4, c.Skv = 2000, c.Nq = 16, c.wl = 600, c.softcap = 4.0f, c.bias = true;
+  cs.push_back(c);
+  c.softcap = 0.0f, c.bias = false, c.wl = -1, c.mask = true, c.sinks = true;  // row 0 fully hidden, with a sink
+  cs.push_back(c);
+  c.mask = false, c.sinks = false, c.causal = false, c.wl = -1, c.Sq = 3, c.Skv = 600, c.Nq = c.Nkv = 1, c.D = 128, c.Dv = 96;
+  cs.push_back(c);
+  c.dtype = DType::kF32, c.layout = AttnLayout::kTND, c.causal = true, c.Nq = 4, c.D = c.Dv = 64;
+  c.lens_q = {2, 0}, c.lens_kv = {900, 5};
+  cs.push_back(c);
+  for (const auto* impl : flash_registry().runnable())
+    for (const FlashCase& fc : cs) {
+      set_num_threads(1);
+      const auto one = testutil::run_flash(*impl, fc, 5);
+      set_num_threads(2);
+      const auto two = testutil::run_flash(*impl, fc, 5);
+      set_num_threads(0);
+      ASSERT_TRUE(one.pass() && two.pass()) << impl->name << " " << fc.name() << ": " << one.message() << " / " << two.message();
+      // Per-thread scratch S and alignment A: one = S + A, two = 2 S + A + the partials.
+      EXPECT_GT(two.ws_bytes + kAlign, 2 * one.ws_bytes) << impl->name << " " << fc.name() << ": no split planned at 2 threads";
+      const double tol = fc.dtype == DType::kF32 ? 1e-5 : 2 * testing::kEpsBF16;
+      double mx = 0;
+      for (double v : one.got_out) mx = std::max(mx, std::fabs(v));
+      const auto agree = testing::compare(two.got_out, one.got_out, {tol * mx, tol});
+      EXPECT_TRUE(agree.pass) << impl->name << " " << fc.name() << ": split vs unsplit: " << agree.message;
+      EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << impl->name << " " << fc.name();
+    }
+}
+
 // TND with a mask / bias: per sequence, padded past the longest sequence (Sq, Skv here
 // are the padded sizes), indexed by positions within each sequence; every broadcast shape.
 TEST(FlashAttention, VarlenWithPaddedMaskAndBias) {
@@ -523,6 +563,10 @@ TEST(Attention, NoHeapAllocationInsideACall) {
   const FlashAttentionParams f{.q = make_view(q.data(), DType::kBF16, {1, S, H, D}), .k = make_view(k.data(), DType::kBF16, {1, S, Hk, D}),
                                .v = make_view(k.data(), DType::kBF16, {1, S, Hk, D}), .out = make_view(o.data(), DType::kBF16, {1, S, H, D}),
                                .lse = make_view(lse.data(), DType::kF32, {1, H, S}), .causal = true};
+  // One job over 800 keys (the k buffer read as [1, 800, 1, 32]): split along the keys at two threads.
+  const FlashAttentionParams f1{.q = make_view(q.data(), DType::kBF16, {1, 1, H, 32}), .k = make_view(k.data(), DType::kBF16, {1, 800, 1, 32}),
+                                .v = make_view(k.data(), DType::kBF16, {1, 800, 1, 32}), .out = make_view(o.data(), DType::kBF16, {1, 1, H, 32}),
+                                .lse = make_view(lse.data(), DType::kF32, {1, H, 1}), .causal = true};
   const PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {2, 1, H, D}), .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hk * D}),
                             .v_cache = make_view(kc.data(), DType::kBF16, {slots, Hk * D}),
                             .block_tables = make_view(bt.data(), DType::kI32, {2, 16}), .seq_lens = make_view(sl.data(), DType::kI32, {2}),
@@ -536,6 +580,7 @@ TEST(Attention, NoHeapAllocationInsideACall) {
                                 .out = make_view(uo.data(), DType::kF32, {4, 64})};
   auto calls = [&] {
     Status st = flash_attention(f, w);
+    if (st.ok()) st = flash_attention(f1, w);
     if (st.ok()) st = paged_decode_attention(p, w);
     if (st.ok()) st = paged_decode_attention(p1, w);
     if (st.ok()) st = mla_decode_attention(m, w);
@@ -602,20 +647,23 @@ TEST(Decode, SplitAgreesWithUnsplit) {
 
 // Called from the threads of an engine's own parallel region (nesting off, so no team of
 // its own): each op runs whole on its calling thread, as with one thread, bitwise — the
-// prefill tiles, and the decodes whose KV split and merge a 2-thread call would plan.
+// prefill tiles, and the flash call and decodes whose KV split and merge a 2-thread call
+// would plan.
 TEST(Attention, CalledFromInsideAParallelRegion) {
   FlashCase f;
   f.dtype = DType::kBF16, f.B = 2, f.Sq = f.Skv = 150, f.Nq = 4, f.Nkv = 2, f.D = f.Dv = 64, f.causal = true;
+  FlashCase fs = f;  // one job: a 2-thread call splits its keys
+  fs.B = 1, fs.Sq = 1, fs.Skv = 700, fs.Nq = 8, fs.Nkv = 1;
   DecodeCase d;
   d.dtype = DType::kBF16, d.B = 1, d.Sq = 2, d.Nq = 8, d.Nkv = 2, d.D = d.Dv = 64, d.lens = {600};
   DecodeCase m;
   m.dtype = DType::kBF16, m.mla = true, m.B = 1, m.Sq = 1, m.Nq = 16, m.Nkv = 1, m.D = 64 + 32, m.Dv = 64,
   m.block_size = 64, m.lens = {700};
   auto run = [&](int which) {
-    if (which == 0) return testutil::run_flash(*flash_registry().runnable().front(), f, 3);
+    if (which == 0 || which == 3) return testutil::run_flash(*flash_registry().runnable().front(), which == 0 ? f : fs, 3);
     return testutil::run_decode(*(which == 1 ? paged_registry() : mla_registry()).runnable().front(), which == 1 ? d : m, 3);
   };
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < 4; ++which) {
     set_num_threads(1);
     const testutil::Outcome want = run(which);
     set_num_threads(2);

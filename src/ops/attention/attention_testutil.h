@@ -334,8 +334,8 @@ inline Outcome run_flash(const dispatch::Impl<KernelsFn>& impl, const FlashCase&
     p.bias = make_view(bias2.data(), DType::kF32, {bB, bN, c.Sq, c.Skv}, {2 * bN * c.Sq * c.Skv, 2 * c.Sq * c.Skv, 2 * c.Skv, 2});
   }
   if (c.sinks) p.sinks = make_view(sinks.data(), DType::kF32, {c.Nq});
-  std::vector<uint8_t> ws(flash_attention_workspace_size(p));
   Outcome o;
+  std::vector<uint8_t> ws(o.ws_bytes = flash_attention_workspace_size(p));
   o.status = flash_run(impl.fn(), p, {ws.data(), ws.size()});
   if (!o.status.ok()) return o;
 
