@@ -1,7 +1,8 @@
 // `optx verify` cases for the attention family: every runnable implementation; lengths 1,
 // 17, 113, 239, 1023; head dims 64-192 and MLA 576/512; GQA 1/3/4/8; causal, windows,
 // masks, sinks, softcap, large logits; varlen with empty sequences; paged and MLA decode;
-// Sq or Skv 4097; attention_update against a double-precision merge.
+// Sq or Skv 4097 (few rows over 4097 keys: split along the keys at 2 threads);
+// attention_update against a double-precision merge.
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -38,6 +39,11 @@ void verify_flash(std::vector<verify::Record>& out) {
         c.dtype = dt, c.Sq = Sq, c.Skv = Skv, c.D = 64, c.Dv = 64, c.Nq = 2, c.Nkv = 1, c.causal = causal;
         rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, uint64_t(Sq * Skv)));
       }
+    for (DType dt : {DType::kF32, DType::kBF16}) {  // MQA decode, one job: its keys split across threads, sinks in one split
+      testutil::FlashCase c;
+      c.dtype = dt, c.Sq = 1, c.Skv = 4097, c.D = 128, c.Dv = 128, c.Nq = 16, c.Nkv = 1, c.causal = true, c.sinks = true;
+      rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, 7));
+    }
     testutil::FlashCase c;  // masks, sinks, softcap, large logits, windows
     c.Sq = 33, c.Skv = 65, c.Nq = 4, c.Nkv = 1, c.mask = true, c.bias = true, c.sinks = true, c.softcap = 30.0f;
     rec(out, "flash_attention", impl->name, c.name(), testutil::run_flash(*impl, c, 3));
