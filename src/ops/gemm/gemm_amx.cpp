@@ -173,61 +173,67 @@ void amx_block(int rows, int64_t kc, const uint16_t* a, int64_t lda, const void*
 // the LLC, Sapphire Rapids VM, alternating in one process against the row kernel: M = 1
 // / 2 / 3 / 5 level / 1.03x / 1.04-1.07x / 1.03-1.06x, M = 7 / 8 1.43-1.48x (~30 GB/s, as
 // the packed GEMV); M = 9-64, which packed each panel for the AMX blocks, 1.34-1.47x.
+// Past 64 rows (the tiles hold four C^T tiles beside B's and two pair tiles) each 16 B
+// rows take passes of 64, the later ones reading B from L2: M = 65 / 80 / 96 / 128
+// 2.06-2.11 / 2.08-2.11 / 2.24-2.31 / 2.81-2.88 ms on the AMX blocks -> 1.54-1.55 /
+// 1.58-1.61 / 1.77-1.78 / 2.23-2.24 (best of 60 calls, two rounds). Each pass reads its
+// rows' pairs (64 rows x K x 2 bytes) from L2 per 16 B rows, which holds it there.
 // Without pairs (f32 A, K not a multiple of 32): this unit's row kernels.
 void gemv_rows_tiles(const GemvRowsArgs& g) {
   if (!g.pairs) return gemv_rows(g);
   if (!t_configured) configure();
   const char* b = static_cast<const char*>(g.b);
   const int64_t ldb = g.ldb * 2;
-  const int groups = (g.m + 15) / 16;  // C^T tiles 0 .. groups - 1, A rows 16 t .. 16 t + 15
-  const uint16_t* pt[4];
-  for (int t = 0; t < 4; ++t) pt[t] = g.pairs + std::min(t, groups - 1) * g.K * 16;
   alignas(64) float ct[16 * 16];
   alignas(64) uint8_t stage[16 * 64];  // a last group's live rows, zeros past them
-  for (int n0 = 0; n0 < g.nb; n0 += 16) {
-    const int live = std::min(16, g.nb - n0);
-    const char* bg = b + n0 * ldb;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t k = 0; k < g.K; k += 32) {
-      if (live == 16) {
-        _tile_loadd(4, bg + k * 2, ldb);
-      } else {
-        for (int r = 0; r < 16; ++r)
-          _mm512_store_si512(stage + 64 * r, r < live ? _mm512_loadu_si512(bg + r * ldb + k * 2) : _mm512_setzero_si512());
-        _tile_loadd(4, stage, 64);
+  for (int n0 = 0; n0 < g.nb; n0 += 16)
+    for (int m0 = 0; m0 < g.m; m0 += 64) {  // passes of 64 rows over the same 16 B rows (from L2 after the first)
+      const int live = std::min(16, g.nb - n0);
+      const char* bg = b + n0 * ldb;
+      const int groups = std::min(4, (g.m - m0 + 15) / 16);  // C^T tiles 0 .. groups - 1: A rows m0 + 16 t ..
+      const uint16_t* pt[4];
+      for (int t = 0; t < 4; ++t) pt[t] = g.pairs + (m0 / 16 + std::min(t, groups - 1)) * g.K * 16;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t k = 0; k < g.K; k += 32) {
+        if (live == 16) {
+          _tile_loadd(4, bg + k * 2, ldb);
+        } else {
+          for (int r = 0; r < 16; ++r)
+            _mm512_store_si512(stage + 64 * r, r < live ? _mm512_loadu_si512(bg + r * ldb + k * 2) : _mm512_setzero_si512());
+          _tile_loadd(4, stage, 64);
+        }
+        // Pair tiles alternate between tmm6 and tmm7, so a load need not wait for the product
+        // that reads the other.
+        _tile_loadd(6, pt[0] + k * 16, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (groups > 1) {
+          _tile_loadd(7, pt[1] + k * 16, 64);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (groups > 2) {
+          _tile_loadd(6, pt[2] + k * 16, 64);
+          _tile_dpbf16ps(2, 4, 6);
+        }
+        if (groups > 3) {
+          _tile_loadd(7, pt[3] + k * 16, 64);
+          _tile_dpbf16ps(3, 4, 7);
+        }
       }
-      // Pair tiles alternate between tmm6 and tmm7, so a load need not wait for the product
-      // that reads the other.
-      _tile_loadd(6, pt[0] + k * 16, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      if (groups > 1) {
-        _tile_loadd(7, pt[1] + k * 16, 64);
-        _tile_dpbf16ps(1, 4, 7);
-      }
-      if (groups > 2) {
-        _tile_loadd(6, pt[2] + k * 16, 64);
-        _tile_dpbf16ps(2, 4, 6);
-      }
-      if (groups > 3) {
-        _tile_loadd(7, pt[3] + k * 16, 64);
-        _tile_dpbf16ps(3, 4, 7);
+      for (int t = 0; t < groups; ++t) {
+        switch (t) {  // tile numbers are immediates
+          case 0: _tile_stored(0, ct, 64); break;
+          case 1: _tile_stored(1, ct, 64); break;
+          case 2: _tile_stored(2, ct, 64); break;
+          default: _tile_stored(3, ct, 64); break;
+        }
+        const int rows = std::min(16, g.m - m0 - 16 * t);
+        for (int i = 0; i < live; ++i)
+          for (int r = 0; r < rows; ++r) g.acc[(m0 + 16 * t + r) * kNR + n0 + i] = ct[i * 16 + r];
       }
     }
-    for (int t = 0; t < groups; ++t) {
-      switch (t) {  // tile numbers are immediates
-        case 0: _tile_stored(0, ct, 64); break;
-        case 1: _tile_stored(1, ct, 64); break;
-        case 2: _tile_stored(2, ct, 64); break;
-        default: _tile_stored(3, ct, 64); break;
-      }
-      const int rows = std::min(16, g.m - 16 * t);
-      for (int i = 0; i < live; ++i)
-        for (int r = 0; r < rows; ++r) g.acc[(16 * t + r) * kNR + n0 + i] = ct[i * 16 + r];
-    }
-  }
 }
 
 // A^T pairs (KernelTable::gemv_pairs): 16 dword pairs of 16 rows per transpose.

@@ -130,7 +130,7 @@ using Gemv4Fn = void (*)(const Gemv4Args&);
 // b + k * ldb): nb <= kGemvKnCols columns, the 64-column panel q of them in acc + q * m *
 // kNR (row stride kNR). Each output sums over k in order.
 inline constexpr int kGemvRowsM = 8;
-inline constexpr int kGemvTileRowsM = 64;  // rows a gemv_rows given A^T pairs takes (four C^T tiles of 16)
+inline constexpr int kGemvTileRowsM = 128;  // rows a gemv_rows given A^T pairs takes (passes of four C^T tiles of 16)
 inline constexpr int kGemvKnCols = 32 * kNR;
 struct GemvRowsArgs {
   int m, nb;

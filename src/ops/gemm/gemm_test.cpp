@@ -194,11 +194,12 @@ std::vector<Case> edge_cases() {
           cs.push_back(c);
         }
   // bf16 [N, K] decode with K a multiple of 32, which the AMX unit runs on the tiles
-  // against A^T pairs (gemv_rows_tiles) up to kGemvTileRowsM = 64 rows (65: the blocked
+  // against A^T pairs (gemv_rows_tiles) up to kGemvTileRowsM = 128 rows (129: the blocked
   // path): row counts within and across the 16-row C^T tiles (one to four of them, the
-  // last cut short), 16-row groups of B whole and cut short (N = 70: a 6-row last group;
-  // 131: 3), A in place and strided; the other units' row kernels take up to 8.
-  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 48, 63, 64, 65}) {
+  // last cut short) and across the 64-row passes, 16-row groups of B whole and cut short
+  // (N = 70: a 6-row last group; 131: 3), A in place and strided; the other units' row
+  // kernels take up to 8.
+  for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 97, 127, 128, 129}) {
     Case c;
     c.M = M, c.N = M % 2 ? 70 : 131, c.K = 32 * (M % 5 + 1);
     c.a = c.b = c.c = DType::kBF16;
