@@ -28,6 +28,16 @@ constexpr int64_t kMinTileRows = 128;
 // streaming the N x K weights once costs about what this many rows do (a memory-bound
 // decode item is not free: 2 bytes per weight at ~15 GB/s per core against AMX rates).
 constexpr double kStreamRows = 16;
+// Items of fewer rows than kStreamRows (weight streams: decode) are cut by output
+// columns into pieces of about total / (kColumnPieces * threads): whole experts left one
+// core idle for part of the last one, the cores not running at one speed (moe_forward
+// T = 1: busy 87% / 94% -> 96% / 100%, uniform -4 to -8% time, Zipf level; 8 per thread
+// lost 1-4% on Zipf, the pieces' GEMM calls and shorter streams costing more).
+constexpr int kColumnPieces = 4;
+// Parts of up to this many rows run SwiGLU unfused (f32 [gate | up] rows, then a pass),
+// so that their decode items can be cut by columns: a fused item needs each gate panel's
+// up panel I / 64 panels on.
+constexpr int64_t kColumnCutRows = 32;
 
 // x [M, K] against E weight matrices [n_cols, K] and the group offsets' view; need_data =
 // false for the sizing calls, which see views before their buffers exist and may leave
@@ -86,6 +96,21 @@ GemmParams item_gemm(const Job& j, int64_t g, int64_t begin, int64_t end) {
           .activation = j.act};
 }
 
+// The item GEMM over output panels [p0, p1) only (no activation): B as a view of those
+// panels of the packed matrix (and their i8 scales), C as those columns of out.
+GemmParams column_gemm(const Job& j, int64_t g, int64_t begin, int64_t end, int64_t p0, int64_t p1, PackedMatrix* sub) {
+  GemmParams q = item_gemm(j, g, begin, end);
+  const PackedMatrix& m = (*j.w)[g];
+  const int64_t c0 = p0 * PackedMatrix::kPanel, N = j.out.sizes[1];
+  *sub = m;
+  sub->data = m.panel(p0);
+  sub->n = std::min(m.n, p1 * PackedMatrix::kPanel) - c0;
+  if (m.scales) sub->scales = m.scales + c0;
+  q.packed_b = sub;
+  q.c = make_view(static_cast<uint8_t*>(q.c.data) + size_t(c0) * dtype_size(q.c.dtype), q.c.dtype, {end - begin, sub->n}, {N, 1});
+  return q;
+}
+
 // The weight sets one call schedules together (moe_forward's routed and shared experts),
 // as jobs or SwiGLU parts: a fixed array, no heap allocation inside a call (DESIGN.md).
 constexpr size_t kMaxParts = 2;
@@ -98,23 +123,29 @@ struct Parts {
 };
 using Jobs = Parts<Job>;
 
-// A queue item: rows [begin, end) of group g of jobs[job]; seq orders equal costs.
+// A queue item: rows [begin, end) of group g of jobs[job], output panels [p0, p1) of it
+// (p1 = 0: all); seq orders equal costs. columns: a group cut into column pieces (their
+// `after` runs once the queue is done).
 struct Item {
   size_t job;
   int64_t g, begin, end;
   double cost;
   size_t seq;
+  int64_t p0 = 0, p1 = 0;
+  bool columns = false;
 };
 
 // The schedule's lists live in the workspace: the non-empty groups (at most sum E), and
-// their row tiles, at most one per group plus total cost / fair share = 4 per thread
-// (ceil(x) <= x + 1); run_jobs also clips to this count, so rounding cannot overrun it.
+// their row tiles and column pieces: at most one per group, plus total cost / fair share
+// = 4 per thread for row tiles and kColumnPieces per thread for column pieces (ceil(x) <=
+// x + 1; an item is cut one way or not at all); run_jobs also clips to this count, so
+// rounding cannot overrun it.
 size_t group_count(std::span<const Job> jobs) {
   size_t n = 0;
   for (const Job& j : jobs) n += size_t(j.w->count());
   return n;
 }
-size_t tile_cap(std::span<const Job> jobs, int nt) { return group_count(jobs) + 4 * size_t(nt) + 1; }
+size_t tile_cap(std::span<const Job> jobs, int nt) { return group_count(jobs) + (4 + kColumnPieces) * size_t(nt) + 1; }
 size_t schedule_bytes(std::span<const Job> jobs, int nt) {
   return kAlign + align_up((group_count(jobs) + tile_cap(jobs, nt)) * sizeof(Item) + size_t(nt) * sizeof(double));
 }
@@ -146,7 +177,9 @@ size_t jobs_ws(std::span<const Job> jobs) {
 // costliest item first (LPT), each GEMM serial on the thread that took it — no fork/join
 // or A re-pack per group, and a thread never waits while items remain. A hot group would
 // set the tail on its own, so groups above a fair share of the cost are cut into row
-// tiles (each re-streams its weights, cheap next to its FLOPs at >= kMinTileRows rows).
+// tiles (each re-streams its weights, cheap next to its FLOPs at >= kMinTileRows rows),
+// and weight-streaming items without a fused activation into column pieces (their
+// `after` then runs over the group's rows once the queue is done).
 template <class After>
 Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, After&& after) {
   const int nt = num_threads();
@@ -176,11 +209,23 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
   if (queue) {
     const double fair = std::max(total_cost / (4.0 * nt), 1.0);  // >= 1: weights with N or K = 0 cost nothing
+    const double col_fair = std::max(total_cost / (double(kColumnPieces) * nt), 1.0);
     size_t used = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const Item& it = items[i];
       const int64_t n = it.end - it.begin;
       const int64_t room = int64_t(cap - used - (items.size() - 1 - i));  // >= 1: one kept for each item left
+      const Job& j = jobs[it.job];
+      const int64_t panels = (*j.w)[it.g].n_panels();
+      if (j.act == GemmActivation::kNone && double(n) < kStreamRows && panels > 1) {
+        const int64_t pieces = std::clamp<int64_t>(int64_t(std::ceil(it.cost / col_fair)), 1, std::min(panels, room));
+        groups[i].columns = true;
+        for (int64_t q = 0; q < pieces; ++q, ++used) {
+          const int64_t p0 = panels * q / pieces, p1 = panels * (q + 1) / pieces;
+          tiles[used] = {it.job, it.g, it.begin, it.end, it.cost * double(p1 - p0) / double(panels), used, p0, p1};
+        }
+        continue;
+      }
       const int64_t pieces = std::clamp<int64_t>(std::min<int64_t>(int64_t(std::ceil(it.cost / fair)), n / kMinTileRows), 1, room);
       for (int64_t q = 0; q < pieces; ++q, ++used) {
         const int64_t b = it.begin + n * q / pieces, e = it.begin + n * (q + 1) / pieces;
@@ -192,6 +237,10 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
     std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost != b.cost ? a.cost > b.cost : a.seq < b.seq; });
   }
   auto run = [&](const Item& it, Workspace wsi) {
+    if (it.p1 > 0) {
+      PackedMatrix sub;
+      return gemm(column_gemm(jobs[it.job], it.g, it.begin, it.end, it.p0, it.p1, &sub), wsi);
+    }
     OPTX_RETURN_IF_ERROR(gemm(item_gemm(jobs[it.job], it.g, it.begin, it.end), wsi));
     after(it.job, it.begin, it.end);
     return Status::Ok();
@@ -228,6 +277,9 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
     if (stats) busy[size_t(t)] = std::chrono::duration<double>(Clock::now() - start).count();
   }
   account();
+  if (first_error.ok())
+    for (const Item& g : std::span<const Item>(groups, n_groups))
+      if (g.columns) after(g.job, g.begin, g.end);
   return first_error;
 }
 
@@ -263,7 +315,7 @@ SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
   SwigluPart s;
   const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
   s.I = N2 / 2;
-  s.fused = s.I % PackedMatrix::kPanel == 0;
+  s.fused = s.I % PackedMatrix::kPanel == 0 && M > kColumnCutRows;
   s.buf_cols = !s.fused ? N2 : p.out.dtype == DType::kI8 ? s.I : 0;
   s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
   s.out = p.out;

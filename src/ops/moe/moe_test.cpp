@@ -578,15 +578,18 @@ TEST(GroupedMatmul, Bf16OutputMatchesPerExpertReferenceOnSelectedIsa) {
 // through the f32 buffer), f32 / bf16 / per-token int8 output, 1 thread (split) and 2, 3
 // (queue), against silu(gate) * up in double from the plain arrays. Int8: scale within
 // rounding of max|row| / 127 and codes within 1 LSB; rows past the groups untouched.
+// Decode-sized calls (12 rows: the buffer at every I, the queue's items cut into column
+// pieces, SwiGLU once the queue is done) with I = 64 and 100 (a partial last panel).
 TEST(GroupedMatmulSwiglu, FusedBufferedAndInt8OutputMatchReference) {
-  const int64_t E = 8, K = 50, rows = 330, M = rows + 3;
-  const std::vector<int64_t> counts = {3, 0, 17, 1, 0, 2, 306, 1};
+  for (const bool decode : {false, true}) {
+  const int64_t E = 8, K = 50, rows = decode ? 9 : 330, M = rows + 3;
+  const std::vector<int64_t> counts = decode ? std::vector<int64_t>{1, 0, 2, 1, 0, 1, 3, 1} : std::vector<int64_t>{3, 0, 17, 1, 0, 2, 306, 1};
   std::vector<int64_t> offs(counts.size());
   std::partial_sum(counts.begin(), counts.end(), offs.begin());
   testing::Rng rng(33);
   std::vector<uint16_t> x(size_t(M * K));
   testing::fill_bf16(x.data(), M * K, rng);
-  for (int64_t I : {64, 35}) {
+  for (int64_t I : decode ? std::vector<int64_t>{64, 100} : std::vector<int64_t>{64, 35}) {
     std::vector<uint16_t> w(size_t(E * 2 * I * K));
     testing::fill_bf16(w.data(), int64_t(w.size()), rng);
     PackedWeights pw;
@@ -654,6 +657,7 @@ TEST(GroupedMatmulSwiglu, FusedBufferedAndInt8OutputMatchReference) {
     p.out_scales = {};
     st = grouped_matmul_swiglu(p, {ws.data(), ws.size()});
     EXPECT_NE(st.message().find("out_scales must be contiguous f32"), std::string::npos) << st.message();
+  }
   }
   set_num_threads(0);
 }
