@@ -318,6 +318,9 @@ SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
   s.fused = s.I % PackedMatrix::kPanel == 0 && M > kColumnCutRows;
   s.buf_cols = !s.fused ? N2 : p.out.dtype == DType::kI8 ? s.I : 0;
   s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
+  // The unfused buffer of kColumnCutRows rows stays reserved past them: the size never
+  // shrinks as M grows (a workspace sized for the longest call serves the decode steps).
+  if (s.I % PackedMatrix::kPanel == 0) s.buf_bytes = std::max(s.buf_bytes, align_up(size_t(std::min(M, kColumnCutRows) * N2) * sizeof(float)));
   s.out = p.out;
   s.out_scales = p.out_scales;
   s.job = {.x = p.x, .w = p.weights, .offs = static_cast<const int64_t*>(p.group_offsets.data),

@@ -662,6 +662,32 @@ TEST(GroupedMatmulSwiglu, FusedBufferedAndInt8OutputMatchReference) {
   set_num_threads(0);
 }
 
+// The workspace never shrinks as the rows grow, across the switch from unfused SwiGLU
+// (decode-sized parts, kColumnCutRows) to the fused epilogue: one sized for the longest
+// call serves the decode steps.
+TEST(GroupedMatmulSwiglu, WorkspaceGrowsWithRows) {
+  const int64_t E = 4, K = 96, I = 128;
+  std::vector<uint16_t> w(size_t(E * 2 * I * K), 0x3f80);
+  PackedWeights pw;
+  ASSERT_TRUE(pack_weights({.w = make_view(w.data(), DType::kBF16, {E, 2 * I, K})}, &pw).ok());
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType od : {DType::kBF16, DType::kI8}) {
+      size_t prev = 0;
+      for (int64_t M = 1; M <= 70; ++M) {
+        GroupedMatmulSwigluParams p{.x = make_view(nullptr, DType::kBF16, {M, K}), .weights = &pw,
+                                    .out = make_view(nullptr, od, {M, I})};
+        if (od == DType::kI8) p.out_scales = make_view(nullptr, DType::kF32, {M});
+        const size_t n = grouped_matmul_swiglu_workspace_size(p);
+        ASSERT_GT(n, 0u) << "M=" << M;
+        EXPECT_GE(n, prev) << dtype_name(od) << " M=" << M << " threads=" << threads;
+        prev = n;
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
 // Weight-only int8 experts (per-output-channel scales) through both schedules, against
 // the dequantised weights in double.
 TEST(GroupedMatmul, Int8WeightsMatchDequantisedReferenceOnSelectedIsa) {
