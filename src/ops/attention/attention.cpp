@@ -286,7 +286,7 @@ int64_t sum_clamped(int64_t i0, int64_t i1, int64_t c, int64_t n) {
 }
 
 // Jobs of flash attention: per batch, per kv head, per head chunk, query tile and KV
-// split (flash_splits).
+// split (flash_run: kv_splits).
 struct FlashJobs {
   const FlashAttentionParams* p = nullptr;
   FlashGeo g;
