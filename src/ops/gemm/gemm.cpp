@@ -826,27 +826,45 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // K blocks of kAmxKc: the B block (kAmxKc x 64 bf16 = 256 KiB) stays in L2 for all
       // the chunk's 32-row blocks; each A block (32 x kAmxKc = 128 KiB) is read from L2
       // once per panel and serves both column halves.
-      // The next panel's B (packed weights, single K block) is asked into L2 a share per
-      // row block, so its stream from DRAM overlaps this panel's tiles: a panel's first
-      // row block otherwise waits on DRAM for all of its 256 KiB while the later ones
-      // run from L2. MoE layer T = 1024 (experts of ~96 rows: 3 row blocks per panel),
-      // alternating in one process, three runs: uniform -7 to -10%, Zipf -3 to -5%;
-      // bf16 2048^3 (7 row blocks per panel) unchanged.
+      // The next B block (packed weights) is asked into L2 a share per row block, so its
+      // stream from DRAM overlaps this block's tiles: a block's first row block otherwise
+      // waits on DRAM for all of its 256 KiB while the later ones run from L2. MoE layer
+      // T = 1024 (experts of ~96 rows: 3 row blocks per panel, one K block), alternating
+      // in one process, three runs: uniform -7 to -10%, Zipf -3 to -5%; bf16 2048^3 (7 row
+      // blocks per panel) unchanged. Panels of several K blocks (K > kAmxKc) pull their
+      // next K block, then the next panel's first, where the chunk is one 32-row block
+      // (17-32 rows). N = K = 4096, 32 weight copies, 2 threads, old and new builds in
+      // turn, means of 60-80 calls, three rounds: M = 17 / 32 1.61-1.70 / 1.65-2.15 ->
+      // 1.35-1.43 / 1.36-1.42 ms (K = 8192 M = 32 1.22x alternating call by call). With
+      // more row blocks the pull cost: M = 48 (32 + 16) 0.90x, 64 0.88x, 128 / 1024
+      // 0.96-0.98x / 0.97x.
       // Shared among the 32-row blocks only: a trailing 16-row block prefetches the next
       // panel's first step itself (Prefetch::next_panel) and ignores l2_next.
       const int full = mpad / kAmxRows;
-      const bool pf_next = p.packed_b && next >= 0 && k32 <= kAmxKc && full > 0;
-      const int64_t share = pf_next ? (p.packed_b->panel_bytes + full - 1) / full / 64 * 64 : 0;
+      const bool one_k = k32 <= kAmxKc, pull_k = !one_k && mpad == kAmxRows;
       for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
+        // The B block pulled into L2 meanwhile: this panel's next K block, or after the
+        // last the next panel's first.
+        const char* pull = nullptr;
+        int64_t pull_bytes = 0;
+        if (p.packed_b && full > 0) {
+          if (kb + kAmxKc < k32) {
+            if (pull_k) pull = static_cast<const char*>(bk) + kAmxKc * kNR * 2, pull_bytes = std::min(kAmxKc, k32 - kb - kAmxKc) * kNR * 2;
+          } else if (next >= 0 && (one_k || pull_k)) {
+            pull = reinterpret_cast<const char*>(p.packed_b->panel(next)), pull_bytes = std::min(kAmxKc, k32) * kNR * 2;
+          }
+        }
+        const bool pf_next = pull != nullptr;
+        const int64_t share = pf_next ? (pull_bytes + full - 1) / full / 64 * 64 : 0;
         for (int rb = 0; rb < mpad; rb += kAmxRows) {
           Prefetch pf;
           if (next >= 0 && p.packed_b && kb + kcur >= k32) pf.next_panel = reinterpret_cast<const char*>(p.packed_b->panel(next));
           if (pf_next && rb / kAmxRows < full) {
             const int64_t off = int64_t(rb / kAmxRows) * share;
-            pf.l2_next = reinterpret_cast<const char*>(p.packed_b->panel(next)) + off;
-            pf.l2_lines = std::max<int64_t>(0, std::min(share, p.packed_b->panel_bytes - off)) / 64;
+            pf.l2_next = pull + off;
+            pf.l2_lines = std::max<int64_t>(0, std::min(share, pull_bytes - off)) / 64;
           }
           kt.amx_block(std::min(kAmxRows, mpad - rb), kcur, apack + int64_t(rb) * ldp + kb, ldp, bk, dst + rb * kNR, pf, kb > 0);
         }
