@@ -834,8 +834,8 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // blocks per panel) unchanged. Panels of several K blocks (K > kAmxKc) pull their
       // next K block, then the next panel's first, where the chunk is one 32-row block
       // (17-32 rows). N = K = 4096, 32 weight copies, 2 threads, old and new builds in
-      // turn, means of 60-80 calls, three rounds: M = 17 / 32 1.61-1.70 / 1.65-2.15 ->
-      // 1.35-1.43 / 1.36-1.42 ms (K = 8192 M = 32 1.22x alternating call by call). With
+      // turn, means of 50-80 calls, two-three rounds: M = 17 / 32 1.61-1.70 / 1.62-2.15 ->
+      // 1.35-1.43 / 1.36-1.45 ms (K = 8192 M = 32 1.22x alternating call by call). With
       // more row blocks the pull cost: M = 48 (32 + 16) 0.90x, 64 0.88x, 128 / 1024
       // 0.96-0.98x / 0.97x.
       // Shared among the 32-row blocks only: a trailing 16-row block prefetches the next
