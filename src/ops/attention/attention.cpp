@@ -641,6 +641,7 @@ int64_t even_splits(const DecodeJobs& d, int64_t jobs, int T) {
 // Splits per job for `jobs` jobs on T threads over keys of `blocks` KV blocks: enough for
 // every thread when there are fewer jobs, by the rules above; never more as jobs grow
 // (flash_workspace relies on it).
+constexpr int64_t kFlashEvenSplits = 4;  // flash_run's most splits for jobs that do not share out evenly
 int64_t kv_splits(int64_t jobs, int T, int64_t blocks) {
   if (jobs >= T || jobs < 1) return 1;
   const int64_t per_job = (T + jobs - 1) / jobs;
@@ -973,6 +974,9 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   // S = 128 19 -> 11 us, S = 384 82 -> 67, causal S = 256 31 -> 25.
   // Fewer jobs than threads (a few query rows against long keys: MQA decode, a short chunk
   // over a contiguous cache) also split the KV axis, as decode does, and merge by lse.
+  // Jobs that read their keys alone (Config::kv_once) but do not share out evenly (three
+  // sequences on two threads) split too, up to kFlashEvenSplits, where the estimate gains
+  // a tenth.
   FlashJobs jobs = flash_jobs(p, g, k.prefill_rows);
   if (const int threads = num_threads(); threads > 1 && threads <= FlashJobs::kEstThreads && jobs.total() < 4 * threads) {
     const auto plan = [&](int rows) {
@@ -985,6 +989,14 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
     for (int rows = k.prefill_rows / 2; rows >= 32; rows /= 2) {
       FlashJobs smaller = plan(rows);
       if (const double t = smaller.est_time(threads); t < best) best = t, jobs = smaller;
+    }
+    if (jobs.splits == 1 && jobs.cfg.kv_once) {
+      const FlashJobs whole = jobs;
+      for (int64_t s = 2; s <= std::min(kFlashEvenSplits, whole.span_blocks() / kMinSplitBlocks); ++s) {
+        FlashJobs split = whole;
+        split.splits = s;
+        if (const double t = split.est_time(threads); t < 0.9 * best) best = t, jobs = split;
+      }
     }
   }
   const size_t per_thread = scratch_bytes(jobs.cfg);
@@ -1049,13 +1061,19 @@ Status paged_check(const PagedDecodeParams& p) { return paged_validate(p); }
 Status mla_check(const MlaDecodeParams& p) { return mla_validate(p); }
 
 // The partials are sized for the most splits any kernel's plan can take: jobs of the
-// tallest height are the fewest, and kv_splits never grows with the job count.
+// tallest height are the fewest, kv_splits never grows with the job count, and a plan
+// whose jobs read their keys alone (kv_once) and are fewer than 4 per thread has them at
+// that height too.
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
   FlashJobs most = flash_jobs(p, g, kMaxFlashRows);
   const int T = num_threads();
-  if (T > 1 && T <= FlashJobs::kEstThreads) most.splits = kv_splits(most.total(), T, most.span_blocks());
+  if (T > 1 && T <= FlashJobs::kEstThreads) {
+    const int64_t jobs = most.total(), blocks = most.span_blocks();
+    most.splits = kv_splits(jobs, T, blocks);
+    if (jobs < 4 * int64_t(T) && most.cfg.kv_once) most.splits = std::max(most.splits, std::min(kFlashEvenSplits, blocks / kMinSplitBlocks));
+  }
   return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(T) + kAlign + most.part_bytes();
 }
 size_t paged_workspace(const PagedDecodeParams& p) { return paged_validate(p).ok() ? decode_workspace(paged_jobs(p)) : 0; }

@@ -109,7 +109,7 @@ TEST(FlashAttention, VarlenWithEmptySequences) {
 // threads: every implementation against the reference at 1 and 2 threads, the split run
 // asking for its partials (a larger workspace) and agreeing with the unsplit one. Sinks
 // join one split only; a window leaves some rows no key in a split; D != Dv; a varlen
-// batch with an empty sequence; fully masked rows.
+// batch with an empty sequence; fully masked rows; three jobs on two threads.
 TEST(FlashAttention, FewRowsSplitTheKeys) {
   std::vector<FlashCase> cs;
   FlashCase c;
@@ -125,6 +125,9 @@ TEST(FlashAttention, FewRowsSplitTheKeys) {
   cs.push_back(c);
   c.dtype = DType::kF32, c.layout = AttnLayout::kTND, c.causal = true, c.Nq = 4, c.D = c.Dv = 64;
   c.lens_q = {2, 0}, c.lens_kv = {900, 5};
+  cs.push_back(c);
+  // Three jobs on two threads (they do not share out evenly): split too.
+  c.layout = AttnLayout::kBSND, c.lens_q.clear(), c.lens_kv.clear(), c.B = 3, c.Sq = 1, c.Skv = 700, c.Nq = 8, c.sinks = true;
   cs.push_back(c);
   for (const auto* impl : flash_registry().runnable())
     for (const FlashCase& fc : cs) {
