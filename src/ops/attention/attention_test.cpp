@@ -23,6 +23,21 @@ namespace {
 using testutil::DecodeCase;
 using testutil::FlashCase;
 
+// A run at 2 threads, which splits the keys, against the same case at 1: both pass the
+// reference, the 2-thread workspace holds partials (per-thread scratch S and alignment A:
+// one = S + A, two = 2 S + A + the partials), and out / lse agree within the f32 merge's
+// rounding.
+void expect_split_agrees(const std::string& what, DType dt, const testutil::Outcome& one, const testutil::Outcome& two) {
+  ASSERT_TRUE(one.pass() && two.pass()) << what << ": " << one.message() << " / " << two.message();
+  EXPECT_GT(two.ws_bytes + kAlign, 2 * one.ws_bytes) << what << ": no split planned at 2 threads";
+  const double tol = dt == DType::kF32 ? 1e-5 : 2 * testing::kEpsBF16;
+  double mx = 0;
+  for (double v : one.got_out) mx = std::max(mx, std::fabs(v));
+  const auto agree = testing::compare(two.got_out, one.got_out, {tol * mx, tol});
+  EXPECT_TRUE(agree.pass) << what << ": split vs unsplit: " << agree.message;
+  EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << what;
+}
+
 void expect_all(const std::vector<FlashCase>& cases) {
   for (const auto* impl : flash_registry().runnable())
     for (const FlashCase& c : cases) {
@@ -136,15 +151,7 @@ TEST(FlashAttention, FewRowsSplitTheKeys) {
       set_num_threads(2);
       const auto two = testutil::run_flash(*impl, fc, 5);
       set_num_threads(0);
-      ASSERT_TRUE(one.pass() && two.pass()) << impl->name << " " << fc.name() << ": " << one.message() << " / " << two.message();
-      // Per-thread scratch S and alignment A: one = S + A, two = 2 S + A + the partials.
-      EXPECT_GT(two.ws_bytes + kAlign, 2 * one.ws_bytes) << impl->name << " " << fc.name() << ": no split planned at 2 threads";
-      const double tol = fc.dtype == DType::kF32 ? 1e-5 : 2 * testing::kEpsBF16;
-      double mx = 0;
-      for (double v : one.got_out) mx = std::max(mx, std::fabs(v));
-      const auto agree = testing::compare(two.got_out, one.got_out, {tol * mx, tol});
-      EXPECT_TRUE(agree.pass) << impl->name << " " << fc.name() << ": split vs unsplit: " << agree.message;
-      EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << impl->name << " " << fc.name();
+      expect_split_agrees(impl->name + std::string(" ") + fc.name(), fc.dtype, one, two);
     }
 }
 
@@ -636,14 +643,7 @@ TEST(Decode, SplitAgreesWithUnsplit) {
         set_num_threads(2);
         const auto two = testutil::run_decode(*impl, c, 11);
         set_num_threads(0);
-        ASSERT_TRUE(one.pass() && two.pass()) << impl->name << " " << c.name() << ": " << one.message() << " / " << two.message();
-        EXPECT_GT(two.ws_bytes, one.ws_bytes) << impl->name << " " << c.name() << ": no split planned at 2 threads";
-        const double tol = dt == DType::kF32 ? 1e-5 : 2 * testing::kEpsBF16;
-        double mx = 0;
-        for (double v : one.got_out) mx = std::max(mx, std::fabs(v));
-        const auto agree = testing::compare(two.got_out, one.got_out, {tol * mx, tol});
-        EXPECT_TRUE(agree.pass) << impl->name << " " << c.name() << ": split vs unsplit: " << agree.message;
-        EXPECT_TRUE(testing::compare(two.got_lse, one.got_lse, {1e-5, 1e-6}).pass) << impl->name << " " << c.name();
+        expect_split_agrees(impl->name + std::string(" ") + c.name(), dt, one, two);
       }
   }
 }
