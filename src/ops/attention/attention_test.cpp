@@ -141,6 +141,8 @@ TEST(FlashAttention, FewRowsSplitTheKeys) {
   c.dtype = DType::kF32, c.layout = AttnLayout::kTND, c.causal = true, c.Nq = 4, c.D = c.Dv = 64;
   c.lens_q = {2, 0}, c.lens_kv = {900, 5};
   cs.push_back(c);
+  c.lens_q = {2, 0, 1}, c.lens_kv = {900, 5, 0};  // queries without keys: every split empty (out 0, lse -inf)
+  cs.push_back(c);
   // Three jobs on two threads (they do not share out evenly): split too.
   c.layout = AttnLayout::kBSND, c.lens_q.clear(), c.lens_kv.clear(), c.B = 3, c.Sq = 1, c.Skv = 700, c.Nq = 8, c.sinks = true;
   cs.push_back(c);
