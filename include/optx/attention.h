@@ -44,7 +44,10 @@ struct FlashAttentionParams {
 };
 // Workspace sizes here and below grow with the thread count (per-thread job scratch):
 // query at the num_threads() the call will run with (gemm.h); a workspace sized for more
-// threads serves fewer, one sized for fewer is refused (kWorkspaceTooSmall).
+// threads serves fewer, one sized for fewer is refused (kWorkspaceTooSmall). A flash call
+// of few query rows against long keys also holds the partials of its split KV axis, so
+// its size depends on the lengths too: size for the shapes you call (a decode step may
+// need more than the longest prefill).
 size_t flash_attention_workspace_size(const FlashAttentionParams& p);
 Status flash_attention(const FlashAttentionParams& p, Workspace ws);
 

@@ -1,7 +1,9 @@
 // Attention ops: validate -> cut into jobs (attention_internal.h) -> run them on all
 // threads (dynamic schedule: causal jobs differ in cost; the longest start first) -> for
-// split-KV decode, merge the partials by log-sum-exp. A job's result does not depend on
-// the thread that runs it, so outputs are bitwise repeatable at any thread count.
+// a split KV axis (decode, or flash with few jobs), merge the partials by log-sum-exp. A
+// job's result does not depend on the thread that runs it, so outputs repeat bitwise at
+// a fixed thread count; the job heights and KV splits follow the thread count, so
+// between thread counts they can differ by rounding.
 #include <omp.h>
 
 #include <algorithm>
@@ -1063,16 +1065,19 @@ Status mla_check(const MlaDecodeParams& p) { return mla_validate(p); }
 // The partials are sized for the most splits any kernel's plan can take: jobs of the
 // tallest height are the fewest, kv_splits never grows with the job count, and a plan
 // whose jobs read their keys alone (kv_once) and are fewer than 4 per thread has them at
-// that height too.
+// that height too. Past kEstThreads threads the run does not split, but a workspace sized
+// there must serve a run at fewer: the partials are sized for kEstThreads (kv_splits
+// never shrinks as the threads grow).
 size_t flash_workspace(const FlashAttentionParams& p) {
   FlashGeo g;
   if (!flash_validate(p, &g).ok()) return 0;
   FlashJobs most = flash_jobs(p, g, kMaxFlashRows);
   const int T = num_threads();
-  if (T > 1 && T <= FlashJobs::kEstThreads) {
+  if (T > 1) {
+    const int Ts = std::min(T, FlashJobs::kEstThreads);
     const int64_t jobs = most.total(), blocks = most.span_blocks();
-    most.splits = kv_splits(jobs, T, blocks);
-    if (jobs < 4 * int64_t(T) && most.cfg.kv_once) most.splits = std::max(most.splits, std::min(kFlashEvenSplits, blocks / kMinSplitBlocks));
+    most.splits = kv_splits(jobs, Ts, blocks);
+    if (jobs < 4 * int64_t(Ts) && most.cfg.kv_once) most.splits = std::max(most.splits, std::min(kFlashEvenSplits, blocks / kMinSplitBlocks));
   }
   return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(T) + kAlign + most.part_bytes();
 }

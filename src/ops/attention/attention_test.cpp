@@ -157,6 +157,38 @@ TEST(FlashAttention, FewRowsSplitTheKeys) {
     }
 }
 
+// A workspace sized for more threads serves fewer, KV-split partials included: sized at
+// 65 threads (past FlashJobs::kEstThreads, where a call does not split), it serves a
+// 64-thread call, whose 64 splits' partials (128 rows) outweigh a thread's scratch, and
+// a 2-thread one; the two agree within the merge's rounding.
+TEST(FlashAttention, WorkspaceSizedForMoreThreadsServesFewer) {
+  const int64_t Skv = 16384, Nq = 128, D = 64;
+  testing::Rng rng(12);
+  std::vector<uint16_t> q(size_t(Nq * D)), kv(size_t(2 * Skv * D)), out(q.size());
+  for (auto* x : {&q, &kv})
+    for (auto& e : *x) e = f32_to_bf16(rng.uniform());
+  const FlashAttentionParams p{.q = make_view(q.data(), DType::kBF16, {1, 1, Nq, D}),
+                               .k = make_view(kv.data(), DType::kBF16, {1, Skv, 1, D}),
+                               .v = make_view(kv.data() + Skv * D, DType::kBF16, {1, Skv, 1, D}),
+                               .out = make_view(out.data(), DType::kBF16, {1, 1, Nq, D}), .causal = true};
+  size_t bytes = 0;
+  {
+    ThreadScope many(65);
+    bytes = flash_attention_workspace_size(p);
+  }
+  std::vector<uint8_t> ws(bytes);
+  std::vector<double> first;
+  for (int threads : {64, 2}) {
+    ThreadScope scope(threads);
+    const Status st = flash_attention(p, {ws.data(), ws.size()});
+    ASSERT_TRUE(st.ok()) << threads << " threads: " << st.message();
+    std::vector<double> got(out.size());
+    for (size_t i = 0; i < out.size(); ++i) got[i] = bf16_to_f32(out[i]);
+    if (first.empty()) first = got;
+    else EXPECT_TRUE(testing::compare(got, first, {2 * testing::kEpsBF16, 2 * testing::kEpsBF16}).pass) << threads << " threads";
+  }
+}
+
 // TND with a mask / bias: per sequence, padded past the longest sequence (Sq, Skv here
 // are the padded sizes), indexed by positions within each sequence; every broadcast shape.
 TEST(FlashAttention, VarlenWithPaddedMaskAndBias) {
