@@ -34,9 +34,9 @@ constexpr double kStreamRows = 16;
 // T = 1: busy 87% / 94% -> 96% / 100%, uniform -4 to -8% time, Zipf level; 8 per thread
 // lost 1-4% on Zipf, the pieces' GEMM calls and shorter streams costing more).
 constexpr int kColumnPieces = 4;
-// Parts of up to this many rows run SwiGLU unfused (f32 [gate | up] rows, then a pass),
-// so that their decode items can be cut by columns: a fused item needs each gate panel's
-// up panel I / 64 panels on.
+// Parts of up to this many rows whose queue items would be cut by columns run SwiGLU
+// unfused (f32 [gate | up] rows, then a pass): a fused item needs each gate panel's up
+// panel I / 64 panels on. Unfused without a cut, T = 2 / 4 ran 2-3% slower.
 constexpr int64_t kColumnCutRows = 32;
 
 // x [M, K] against E weight matrices [n_cols, K] and the group offsets' view; need_data =
@@ -150,6 +150,31 @@ size_t schedule_bytes(std::span<const Job> jobs, int nt) {
   return kAlign + align_up((group_count(jobs) + tile_cap(jobs, nt)) * sizeof(Item) + size_t(nt) * sizeof(double));
 }
 
+// f(job, g, begin, end, cost) for every non-empty group of the jobs, in order.
+template <class F>
+void for_each_group(std::span<const Job> jobs, F&& f) {
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    const Job& j = jobs[ji];
+    for (int64_t g = 0, begin = 0; g < j.w->count(); ++g) {
+      const int64_t end = j.counts ? begin + j.offs[g] : j.offs[g];
+      if (end > begin)  // empty groups: no item
+        f(ji, g, begin, end, double((*j.w)[g].n) * double((*j.w)[g].k) * (double(end - begin) + kStreamRows));
+      begin = end;
+    }
+  }
+}
+
+bool queued(size_t items, int nt) { return nt > 1 && items >= size_t(kQueueItemsPerThread) * size_t(nt); }
+
+// Column pieces of a queue item (rows of group g of j, cost as run_jobs counts it) for an
+// activation-free GEMM (`plain`), 0 where the item is not cut by columns.
+int64_t column_pieces(const Job& j, int64_t g, int64_t rows, double cost, double col_fair, bool plain) {
+  const int64_t panels = (*j.w)[g].n_panels();
+  if (!plain || double(rows) >= kStreamRows || panels < 2) return 0;
+  return std::clamp<int64_t>(int64_t(std::ceil(cost / col_fair)), 1, panels);
+}
+double column_fair(double total_cost, int nt) { return std::max(total_cost / (double(kColumnPieces) * nt), 1.0); }
+
 // gemm sizes its buffers for its row-chunk cap, so its workspace grows monotonically with
 // M and all of x's rows bound every item. split: one GEMM on all threads; queue: one
 // serial GEMM workspace per thread, each aligned.
@@ -192,33 +217,24 @@ Status run_jobs(std::span<const Job> jobs, ScheduleStats* stats, Workspace ws, A
   ws = {static_cast<uint8_t*>(ws.data) + sched, ws.bytes - sched};
   size_t n_groups = 0;
   double total_cost = 0;
-  for (size_t ji = 0; ji < jobs.size(); ++ji) {
-    const Job& j = jobs[ji];
-    for (int64_t g = 0, begin = 0; g < j.w->count(); ++g) {
-      const int64_t end = j.counts ? begin + j.offs[g] : j.offs[g];
-      if (end > begin) {  // empty groups: no item
-        const double cost = double((*j.w)[g].n) * double((*j.w)[g].k) * (double(end - begin) + kStreamRows);
-        groups[n_groups] = {ji, g, begin, end, cost, n_groups};
-        ++n_groups;
-        total_cost += cost;
-      }
-      begin = end;
-    }
-  }
+  for_each_group(jobs, [&](size_t ji, int64_t g, int64_t begin, int64_t end, double cost) {
+    groups[n_groups] = {ji, g, begin, end, cost, n_groups};
+    ++n_groups;
+    total_cost += cost;
+  });
   std::span<Item> items(groups, n_groups);
-  const bool queue = nt > 1 && items.size() >= size_t(kQueueItemsPerThread) * size_t(nt);
+  const bool queue = queued(items.size(), nt);
   if (queue) {
     const double fair = std::max(total_cost / (4.0 * nt), 1.0);  // >= 1: weights with N or K = 0 cost nothing
-    const double col_fair = std::max(total_cost / (double(kColumnPieces) * nt), 1.0);
+    const double col_fair = column_fair(total_cost, nt);
     size_t used = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const Item& it = items[i];
       const int64_t n = it.end - it.begin;
       const int64_t room = int64_t(cap - used - (items.size() - 1 - i));  // >= 1: one kept for each item left
       const Job& j = jobs[it.job];
-      const int64_t panels = (*j.w)[it.g].n_panels();
-      if (j.act == GemmActivation::kNone && double(n) < kStreamRows && panels > 1) {
-        const int64_t pieces = std::clamp<int64_t>(int64_t(std::ceil(it.cost / col_fair)), 1, std::min(panels, room));
+      if (const int64_t cols = column_pieces(j, it.g, n, it.cost, col_fair, j.act == GemmActivation::kNone); cols > 0) {
+        const int64_t panels = (*j.w)[it.g].n_panels(), pieces = std::min(cols, room);
         groups[i].columns = true;
         for (int64_t q = 0; q < pieces; ++q, ++used) {
           const int64_t p0 = panels * q / pieces, p1 = panels * (q + 1) / pieces;
@@ -315,18 +331,28 @@ SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
   SwigluPart s;
   const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
   s.I = N2 / 2;
-  s.fused = s.I % PackedMatrix::kPanel == 0 && M > kColumnCutRows;
+  s.fused = s.I % PackedMatrix::kPanel == 0;
   s.buf_cols = !s.fused ? N2 : p.out.dtype == DType::kI8 ? s.I : 0;
   s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
-  // The unfused buffer of kColumnCutRows rows stays reserved past them: the size never
-  // shrinks as M grows (a workspace sized for the longest call serves the decode steps).
-  if (s.I % PackedMatrix::kPanel == 0) s.buf_bytes = std::max(s.buf_bytes, align_up(size_t(std::min(M, kColumnCutRows) * N2) * sizeof(float)));
+  // The unfused buffer for up to kColumnCutRows rows (unfuse), reserved past them too: the
+  // size never shrinks as M grows (a workspace sized for the longest call serves the
+  // decode steps).
+  if (s.fused) s.buf_bytes = std::max(s.buf_bytes, align_up(size_t(std::min(M, kColumnCutRows) * N2) * sizeof(float)));
   s.out = p.out;
   s.out_scales = p.out_scales;
   s.job = {.x = p.x, .w = p.weights, .offs = static_cast<const int64_t*>(p.group_offsets.data),
            .out = s.buf_cols ? make_view(nullptr, DType::kF32, {M, s.buf_cols}) : make_view(p.out.data, p.out.dtype, {M, s.I}),
            .act = s.fused ? GemmActivation::kSwiglu : GemmActivation::kNone};
   return s;
+}
+
+// A fused part run unfused instead: its GEMM writes [gate | up] f32 rows to the buffer.
+void unfuse(SwigluPart& s) {
+  const int64_t M = s.job.x.sizes[0];
+  s.fused = false;
+  s.buf_cols = 2 * s.I;
+  s.job.out = make_view(nullptr, DType::kF32, {M, s.buf_cols});
+  s.job.act = GemmActivation::kNone;
 }
 
 // After an item's GEMM, per row: SwiGLU of [gate | up] (unfused widths), written straight
@@ -479,6 +505,19 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
   const size_t need = swiglu_ws(sp, &jobs);
   OPTX_RETURN_IF_ERROR(check_workspace(op, "grouped_matmul_swiglu_workspace_size", ws, need));
   OPTX_RETURN_IF_ERROR(parts_apart(op, parts, ws, need));
+  // Decode-sized fused parts whose queue items would be cut by columns run unfused.
+  std::array<bool, kMaxParts> cut{};
+  const int nt = num_threads();
+  size_t items = 0;
+  double total = 0;
+  for_each_group(jobs, [&](size_t, int64_t, int64_t, int64_t, double cost) { ++items, total += cost; });
+  if (queued(items, nt))
+    for_each_group(jobs, [&](size_t ji, int64_t g, int64_t b, int64_t e, double cost) {
+      const bool may = sp.v[ji].fused && sp.v[ji].job.x.sizes[0] <= kColumnCutRows;
+      cut[ji] = cut[ji] || column_pieces(jobs.v[ji], g, e - b, cost, column_fair(total, nt), may) > 1;
+    });
+  for (size_t i = 0; i < sp.n; ++i)
+    if (cut[i]) unfuse(sp.v[i]), jobs.v[i] = sp.v[i].job;
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.n; ++i) {
     if (!sp.v[i].buf_cols) continue;
