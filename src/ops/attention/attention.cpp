@@ -320,6 +320,12 @@ struct FlashJobs {
     }
     return (n + kKvBlock - 1) / kKvBlock;
   }
+  // Where query row `row` (partials' order: token, then head) finishes.
+  void final_row(int64_t row, void** out, float** lse) const {
+    const int64_t t = row / g.Nq;
+    const int64_t b = g.cu_q ? std::upper_bound(g.cu_q, g.cu_q + g.B + 1, int32_t(t)) - g.cu_q - 1 : t / g.Sq;
+    final_row(b, t - first_token(b), row % g.Nq, out, lse);
+  }
   // Where row (b, i, h) of the call finishes: its out row and lse entry (or null).
   void final_row(int64_t b, int64_t i, int64_t h, void** out, float** lse) const {
     const FlashAttentionParams& P = *p;
@@ -544,6 +550,15 @@ struct DecodeJobs {
     job.nrows = 0;
   }
 
+  // Where row (b, position i, head h) finishes: its out row and lse entry (or null); by
+  // row id (row_id's order) for the merge.
+  void final_row(int64_t b, int64_t i, int64_t h, void** o, float** l) const {
+    const size_t es = cfg.bf16 ? 2 : 4;
+    *o = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
+    *l = lse->empty() ? nullptr : static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
+  }
+  void final_row(int64_t row, void** o, float** l) const { final_row(row / (Nq * Sq), (row / Nq) % Sq, row % Nq, o, l); }
+
   // Query row (b, position i, head h): its q, and its output (or split sp's partial).
   void add_row(Job& job, int64_t b, int64_t i, int64_t h, int64_t sp) const {
     const size_t es = cfg.bf16 ? 2 : 4;
@@ -556,8 +571,7 @@ struct DecodeJobs {
       r.part_out = pp;
       r.lse = pp + cfg.Dv;
     } else {
-      r.out = static_cast<uint8_t*>(out->data) + size_t(b * out->strides[0] + i * out->strides[1] + h * out->strides[2]) * es;
-      if (!lse->empty()) r.lse = static_cast<float*>(lse->data) + b * lse->strides[0] + h * lse->strides[1] + i * lse->strides[2];
+      final_row(b, i, h, &r.out, &r.lse);
     }
   }
 };
@@ -643,12 +657,16 @@ int64_t even_splits(const DecodeJobs& d, int64_t jobs, int T) {
 // Splits per job for `jobs` jobs on T threads over keys of `blocks` KV blocks: enough for
 // every thread when there are fewer jobs, by the rules above; never more as jobs grow
 // (flash_workspace relies on it).
-constexpr int64_t kFlashEvenSplits = 4;  // flash_run's most splits for jobs that do not share out evenly
+constexpr int64_t kFlashEvenSplits = 4;  // flash_run's most splits for jobs that do not share out evenly (even_split_cap)
 int64_t kv_splits(int64_t jobs, int T, int64_t blocks) {
   if (jobs >= T || jobs < 1) return 1;
   const int64_t per_job = (T + jobs - 1) / jobs;
   return std::clamp<int64_t>(std::max(std::min(per_job, blocks / kMinSplitBlocks), std::min(per_job * kBalanceSplits, blocks / kBalanceBlocks)), 1, 64);
 }
+
+// The most splits flash_run tries for jobs that read their keys alone but do not share
+// out evenly; flash_workspace reserves the same.
+int64_t even_split_cap(const FlashJobs& j) { return std::min(kFlashEvenSplits, j.span_blocks() / kMinSplitBlocks); }
 
 int64_t decode_splits(const DecodeJobs& d, int64_t max_len) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
@@ -716,34 +734,19 @@ void merge_row(int64_t P, int64_t Dv, Part part, T* out, float* lse) {
   if (lse) *lse = m + float(std::log(sum));
 }
 
-// Merges a flash call's split partials row by row (rows in token order).
-template <class T>
-void merge_rows(const FlashJobs& j) {
-  const FlashGeo& g = j.g;
+// Merges split partials row by row into each row's out and lse (J: FlashJobs or
+// DecodeJobs, whose part_of and final_row share one row order).
+template <class J>
+void merge_splits(const J& j) {
+  const int64_t Dv = j.cfg.Dv;
 #pragma omp parallel for num_threads(num_threads()) schedule(static)
   for (int64_t row = 0; row < j.rows_total(); ++row) {
-    const int64_t t = row / g.Nq, h = row % g.Nq;
-    const int64_t b = g.cu_q ? std::upper_bound(g.cu_q, g.cu_q + g.B + 1, int32_t(t)) - g.cu_q - 1 : t / g.Sq;
     void* o = nullptr;
     float* lse = nullptr;
-    j.final_row(b, t - j.first_token(b), h, &o, &lse);
-    merge_row(j.splits, g.Dv, [&](int64_t sp) { return std::pair<const float*, float>(j.part_of(row, sp), j.part_of(row, sp)[g.Dv]); },
-              static_cast<T*>(o), lse);
-  }
-}
-
-// Merges split partials row by row.
-template <class T>
-void merge_rows(const DecodeJobs& d) {
-  const int64_t Dv = d.cfg.Dv;
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t row = 0; row < d.rows_total(); ++row) {
-    const int64_t h = row % d.Nq, i = (row / d.Nq) % d.Sq, b = row / (d.Nq * d.Sq);
-    T* o = reinterpret_cast<T*>(static_cast<uint8_t*>(d.out->data) +
-                                size_t(b * d.out->strides[0] + i * d.out->strides[1] + h * d.out->strides[2]) * sizeof(T));
-    float* lse = d.lse->empty() ? nullptr
-                                : static_cast<float*>(d.lse->data) + b * d.lse->strides[0] + h * d.lse->strides[1] + i * d.lse->strides[2];
-    merge_row(d.splits, Dv, [&](int64_t sp) { return std::pair<const float*, float>(d.part_of(row, sp), d.part_of(row, sp)[Dv]); }, o, lse);
+    j.final_row(row, &o, &lse);
+    const auto part = [&](int64_t sp) { return std::pair<const float*, float>(j.part_of(row, sp), j.part_of(row, sp)[Dv]); };
+    if (j.cfg.bf16) merge_row(j.splits, Dv, part, static_cast<uint16_t*>(o), lse);
+    else merge_row(j.splits, Dv, part, static_cast<float*>(o), lse);
   }
 }
 
@@ -765,10 +768,7 @@ Status run_decode(const Kernels& k, DecodeJobs& d, size_t need, Workspace ws, co
   Config c = d.cfg;
   c.partial = d.splits > 1;
   run_jobs(k, c, d.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor&) { d.make(idx, job); });
-  if (d.splits > 1) {
-    if (d.cfg.bf16) merge_rows<uint16_t>(d);
-    else merge_rows<float>(d);
-  }
+  if (d.splits > 1) merge_splits(d);
   return Status::Ok();
 }
 
@@ -994,7 +994,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
     }
     if (jobs.splits == 1 && jobs.cfg.kv_once) {
       const FlashJobs whole = jobs;
-      for (int64_t s = 2; s <= std::min(kFlashEvenSplits, whole.span_blocks() / kMinSplitBlocks); ++s) {
+      for (int64_t s = 2, cap = even_split_cap(whole); s <= cap; ++s) {
         FlashJobs split = whole;
         split.splits = s;
         if (const double t = split.est_time(threads); t < 0.9 * best) best = t, jobs = split;
@@ -1012,10 +1012,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   c.partial = jobs.splits > 1;
   jobs.part = c.partial ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
   run_jobs(k, c, jobs.total(), base, per_thread, [&](int64_t idx, Job& job, JobCursor& cur) { jobs.make(idx, job, cur); });
-  if (c.partial) {
-    if (c.bf16) merge_rows<uint16_t>(jobs);
-    else merge_rows<float>(jobs);
-  }
+  if (c.partial) merge_splits(jobs);
   return Status::Ok();
 }
 
@@ -1077,7 +1074,7 @@ size_t flash_workspace(const FlashAttentionParams& p) {
     const int Ts = std::min(T, FlashJobs::kEstThreads);
     const int64_t jobs = most.total(), blocks = most.span_blocks();
     most.splits = kv_splits(jobs, Ts, blocks);
-    if (jobs < 4 * int64_t(Ts) && most.cfg.kv_once) most.splits = std::max(most.splits, std::min(kFlashEvenSplits, blocks / kMinSplitBlocks));
+    if (jobs < 4 * int64_t(Ts) && most.cfg.kv_once) most.splits = std::max(most.splits, even_split_cap(most));
   }
   return scratch_bytes(g.D, g.Dv, kMaxFlashRows) * size_t(T) + kAlign + most.part_bytes();
 }

@@ -856,12 +856,11 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
             pull = reinterpret_cast<const char*>(p.packed_b->panel(next)), pull_bytes = std::min(kAmxKc, k32) * kNR * 2;
           }
         }
-        const bool pf_next = pull != nullptr;
-        const int64_t share = pf_next ? (pull_bytes + full - 1) / full / 64 * 64 : 0;
+        const int64_t share = pull ? (pull_bytes + full - 1) / full / 64 * 64 : 0;
         for (int rb = 0; rb < mpad; rb += kAmxRows) {
           Prefetch pf;
           if (next >= 0 && p.packed_b && kb + kcur >= k32) pf.next_panel = reinterpret_cast<const char*>(p.packed_b->panel(next));
-          if (pf_next && rb / kAmxRows < full) {
+          if (pull && rb / kAmxRows < full) {
             const int64_t off = int64_t(rb / kAmxRows) * share;
             pf.l2_next = pull + off;
             pf.l2_lines = std::max<int64_t>(0, std::min(share, pull_bytes - off)) / 64;

@@ -186,10 +186,10 @@ void gemv_rows_tiles(const GemvRowsArgs& g) {
   const int64_t ldb = g.ldb * 2;
   alignas(64) float ct[16 * 16];
   alignas(64) uint8_t stage[16 * 64];  // a last group's live rows, zeros past them
-  for (int n0 = 0; n0 < g.nb; n0 += 16)
+  for (int n0 = 0; n0 < g.nb; n0 += 16) {
+    const int live = std::min(16, g.nb - n0);
+    const char* bg = b + n0 * ldb;
     for (int m0 = 0; m0 < g.m; m0 += 64) {  // passes of 64 rows over the same 16 B rows (from L2 after the first)
-      const int live = std::min(16, g.nb - n0);
-      const char* bg = b + n0 * ldb;
       const int groups = std::min(4, (g.m - m0 + 15) / 16);  // C^T tiles 0 .. groups - 1: A rows m0 + 16 t ..
       const uint16_t* pt[4];
       for (int t = 0; t < 4; ++t) pt[t] = g.pairs + (m0 / 16 + std::min(t, groups - 1)) * g.K * 16;
@@ -234,6 +234,7 @@ void gemv_rows_tiles(const GemvRowsArgs& g) {
           for (int r = 0; r < rows; ++r) g.acc[(m0 + 16 * t + r) * kNR + n0 + i] = ct[i * 16 + r];
       }
     }
+  }
 }
 
 // A^T pairs (KernelTable::gemv_pairs): 16 dword pairs of 16 rows per transpose.

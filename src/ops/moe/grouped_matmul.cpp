@@ -327,11 +327,13 @@ struct SwigluPart {
   TensorView out, out_scales;
 };
 
-SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
+// fuse = false: unfused even where the widths allow the epilogue (a decode part whose
+// items the queue cuts by columns).
+SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p, bool fuse = true) {
   SwigluPart s;
   const int64_t M = p.x.sizes[0], N2 = (*p.weights)[0].n;
   s.I = N2 / 2;
-  s.fused = s.I % PackedMatrix::kPanel == 0;
+  s.fused = fuse && s.I % PackedMatrix::kPanel == 0;
   s.buf_cols = !s.fused ? N2 : p.out.dtype == DType::kI8 ? s.I : 0;
   s.buf_bytes = align_up(size_t(M * s.buf_cols) * sizeof(float));
   // The unfused buffer for up to kColumnCutRows rows (unfuse), reserved past them too: the
@@ -344,15 +346,6 @@ SwigluPart swiglu_part(const GroupedMatmulSwigluParams& p) {
            .out = s.buf_cols ? make_view(nullptr, DType::kF32, {M, s.buf_cols}) : make_view(p.out.data, p.out.dtype, {M, s.I}),
            .act = s.fused ? GemmActivation::kSwiglu : GemmActivation::kNone};
   return s;
-}
-
-// A fused part run unfused instead: its GEMM writes [gate | up] f32 rows to the buffer.
-void unfuse(SwigluPart& s) {
-  const int64_t M = s.job.x.sizes[0];
-  s.fused = false;
-  s.buf_cols = 2 * s.I;
-  s.job.out = make_view(nullptr, DType::kF32, {M, s.buf_cols});
-  s.job.act = GemmActivation::kNone;
 }
 
 // After an item's GEMM, per row: SwiGLU of [gate | up] (unfused widths), written straight
@@ -516,8 +509,8 @@ Status grouped_matmul_swiglu(std::span<const GroupedMatmulSwigluParams> parts, S
       const bool may = sp.v[ji].fused && sp.v[ji].job.x.sizes[0] <= kColumnCutRows;
       cut[ji] = cut[ji] || column_pieces(jobs.v[ji], g, e - b, cost, column_fair(total, nt), may) > 1;
     });
-  for (size_t i = 0; i < sp.n; ++i)
-    if (cut[i]) unfuse(sp.v[i]), jobs.v[i] = sp.v[i].job;
+  for (size_t i = 0; i < sp.n; ++i)  // the same buffer bytes: a fused part reserves the unfused rows up to kColumnCutRows
+    if (cut[i]) sp.v[i] = swiglu_part(parts[i], false), jobs.v[i] = sp.v[i].job;
   uint8_t* at = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   for (size_t i = 0; i < sp.n; ++i) {
     if (!sp.v[i].buf_cols) continue;
