@@ -268,8 +268,10 @@ inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   // AMX job kernel: Q^T per 32-row group, staged K rows, V pairs of a superblock, scores,
   // P^T, P rows and O (flash jobs of up to 128 rows in four groups).
+  // (K rows staged: a superblock's, up to kMaxRowsPerCall, in a flash job of several groups.)
   const int64_t amx_rows = rows > kMaxRows ? kAmxFlashRows : 32, amx_groups = amx_rows / 32;
-  const int64_t amx = amx_groups * 16 * D + 16 * D + 2048 + 128 * 32 + 2048 + amx_rows * 64 + amx_rows * Dv + 64;
+  const int64_t amx_kst = (amx_groups > 1 ? kMaxRowsPerCall : 32) * D / 2;
+  const int64_t amx = amx_groups * 16 * D + amx_kst + 2048 + 128 * 32 + 2048 + amx_rows * 64 + amx_rows * Dv + 64;
   // AVX512_BF16 job kernel: flash jobs of up to kDpFlashRows rows in 32-row groups.
   const int64_t dp_rows = rows > kMaxRows ? kDpFlashRows : 32, dp_groups = dp_rows / 32;
   const int64_t dp = dp_groups * (16 * D + 128 * 32 + 2048) + dp_rows * 64 + 4096 + dp_rows * Dv;

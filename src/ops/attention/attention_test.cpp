@@ -303,13 +303,16 @@ TEST(FlashAttention, BandMaskSkipsHiddenSuperblocks) {
 // row and every token / head slice, different per tensor), mask and bias with a column
 // stride of 2: the same values as the packed case must give bitwise the same result
 // (strides only move addresses), within the reference's tolerance, with out's padding
-// untouched (run_flash checks its sentinel).
+// untouched (run_flash checks its sentinel). Padded K rows sit off 64-byte lines: 70 rows
+// of two q heads on one KV head make jobs of several 32-row groups, whose AMX kernel then
+// copies each superblock's K rows onto lines (150 keys: a partial superblock's zero rows).
 TEST(FlashAttention, StridedViewsMatchContiguous) {
   for (const auto* impl : flash_registry().runnable())
     for (DType dt : {DType::kF32, DType::kBF16})
       for (AttnLayout l : {AttnLayout::kBSND, AttnLayout::kBNSD, AttnLayout::kTND})
         for (auto [Sq, Skv, Nq, Nkv, D, causal, masked] :
-             {std::tuple{17, 40, 4, 2, 64, true, false}, {20, 20, 8, 1, 80, false, false}, {23, 150, 4, 1, 64, true, true}}) {
+             {std::tuple{17, 40, 4, 2, 64, true, false}, {20, 20, 8, 1, 80, false, false}, {23, 150, 4, 1, 64, true, true},
+              {70, 150, 2, 1, 64, true, false}}) {
           FlashCase c;
           c.dtype = dt, c.layout = l, c.B = 2, c.Sq = Sq, c.Skv = Skv, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = D, c.causal = causal;
           c.mask = c.bias = masked;
