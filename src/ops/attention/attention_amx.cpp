@@ -4,7 +4,8 @@
 // Per superblock of 128 keys (4 steps of 32), with up to 32 query rows as two 16-row
 // column tiles (a flash job: up to four such groups sharing the superblock):
 //   S^T[key][row] = K . Q^T   A tiles: 16 K rows x 32 of D, straight from the cache rows
-//                             when they sit at one stride (else staged); B tiles: Q^T in
+//                             when they sit at one stride (else staged; in a job of
+//                             several groups, also rows off 64-byte lines); B tiles: Q^T in
 //                             pairs ([D/2][32 rows][2], built once per job) — no
 //                             transposes of K.
 //   online softmax            vertical, once per superblock: each key's scores are a

@@ -49,9 +49,10 @@ static void affine_rows(const EpilogueArgs& e, const float* scale, const float* 
   const int64_t ldc = e.ldc;
   const float* acc0 = e.acc;
   const float beta_s = e.beta;
-  // A whole panel with the identity epilogue (alpha 1, no scales, bias or beta): a copy
-  // (f32 C) or a rounding (bf16 C) of whole vectors.
-  if (ncols == kNR && e.alpha == 1.0f && !e.col_scale && !e.bias && beta_s == 0.0f) {
+  // The identity epilogue (alpha 1, no scales, bias or beta) copies (f32 C) or rounds
+  // (bf16 C) acc as it is, a whole panel in whole vectors; a -0.0 stays -0.0 in every panel.
+  const bool identity = e.alpha == 1.0f && !e.col_scale && !e.bias && beta_s == 0.0f;
+  if (identity && ncols == kNR) {
     for (int r = 0; r < m; ++r) {
 #pragma GCC unroll 8
       for (int n = 0; n < kNR; n += V::W) V::store(c0 + r * ldc + n, V::load(acc0 + r * kNR + n));
@@ -65,7 +66,7 @@ static void affine_rows(const EpilogueArgs& e, const float* scale, const float* 
     for (int n = 0; n < ncols; n += V::W) {
       const int w = std::min(V::W, ncols - n);
       const auto load = [&](const auto* p) { return w == V::W ? V::load(p + n) : V::load(p + n, w); };
-      auto v = V::add(V::mul(load(scale), load(acc)), load(bias));
+      auto v = identity ? load(acc) : V::add(V::mul(load(scale), load(acc)), load(bias));
       // beta == 0 must not read C: it may hold NaN or uninitialised memory.
       if (beta_s != 0.0f) v = V::add(v, V::mul(beta, load(c)));
       if (w == V::W) V::store(c + n, v);
