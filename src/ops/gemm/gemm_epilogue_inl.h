@@ -3,7 +3,7 @@
 // Both epilogues are written once over the unit's vector type (OPTX_GEMM_SIMD, from
 // src/simd/): SwiGLU's exp is a polynomial, where std::exp per element would not vectorise
 // and would cost more than the store it precedes; the affine one is O(M*N) work, but left
-// to the compiler it ran at ~1 cycle per element (affine_rows).
+// to the compiler it ran at ~1 cycle per element on a C off 64-byte lines (affine_rows).
 #include <algorithm>
 
 #ifndef OPTX_ISA_NS
@@ -41,8 +41,10 @@ static void swiglu_rows(const EpilogueArgs& e, Out* c0) {
 // C = scale * acc + bias (+ beta * C), a vector at a time, with EpilogueArgs' fields read
 // into locals first: as far as the compiler knows C's stores may alias them, and the plain
 // loops it had vectorised reloaded ncols per vector, went through a row buffer and called
-// memcpy per f32 row. A one-thread bf16 2048^3 GEMM on the AMX tiles spent 10-14% of its
-// samples there; now 1.06-1.12x faster (means, builds in turn; two threads 1.03-1.06x).
+// memcpy per f32 row. With C 16 bytes off 64-byte lines (a std::vector's buffer) a
+// one-thread bf16 2048^3 GEMM on the AMX tiles spent 10-14% of its samples there; it now
+// runs 1.06-1.12x faster (means, builds in turn; two threads 1.03-1.06x). With C on lines
+// both versions run alike.
 template <class V, class Out>
 static void affine_rows(const EpilogueArgs& e, const float* scale, const float* bias, Out* c0) {
   const int m = e.m, ncols = e.ncols;
