@@ -310,33 +310,23 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     if (stage_keys && !q8) {
       for (int64_t i = 0; i < n && !staged; ++i) staged = (reinterpret_cast<uintptr_t>(kp[i]) & 63) != 0;
     }
-    if (staged) {
-      for (int64_t i = 0; i < nk; ++i) {
-        uint16_t* d = kst + i * D;
-        const uint16_t* src = i < n ? static_cast<const uint16_t*>(kp[i]) : nullptr;
-        for (int64_t e = 0; e < D; e += 32)
-          _mm512_storeu_si512(d + e, src ? _mm512_loadu_si512(src + e) : _mm512_setzero_si512());
-      }
-    }
+    if (staged)
+      for (int64_t i0 = 0; i0 < nk; i0 += 16) stage_rows16(kp + i0, n - i0, 0, size_t(D) * 2, kst + i0 * D);
     for (int g = 0; !q8 && g < groups; ++g) {
       for (int sb = 0; sb < nsub; ++sb) {
         const int64_t s0 = int64_t(sb) * kSub, ns = std::min<int64_t>(kSub, n - s0);
-        if (staged) {
-          const void* ka[2] = {kst + s0 * D, kst + (s0 + 16) * D};
-          const int64_t ka_stride[2] = {D * 2, D * 2};
-          score_tiles<false>(ka, ka_stride, qts[g], D * 2, two, prefetch_next);
-          store_scores(st + s0 * 32, two);
-          continue;
-        }
         if (!two && sb + 1 < nsub && scores64(qts[g], s0)) {
           ++sb;
           continue;
         }
         // Each 16-key A tile loads straight from the cache rows when they sit at one
-        // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in kst.
+        // stride (a paged block of >= 16 slots); otherwise, or past n, from rows staged in
+        // kst (the superblock's, where it is staged whole).
         const void* ka[2];
         int64_t ka_stride[2];
-        for (int t = 0; t < 2; ++t) ka[t] = tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
+        for (int t = 0; t < 2; ++t)
+          ka[t] = staged ? (ka_stride[t] = D * 2, kst + (s0 + 16 * t) * D)
+                         : tile_rows(kp + s0 + 16 * t, ns - 16 * t, 0, size_t(D) * 2, kst + 16 * t * D, &ka_stride[t]);
         score_tiles<false>(ka, ka_stride, qts[g], D * 2, two, prefetch_next);
         store_scores(st + s0 * 32, two);
       }
