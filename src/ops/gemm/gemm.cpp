@@ -864,6 +864,9 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
         const int64_t share = pull ? (pull_bytes + full - 1) / full / 64 * 64 : 0;
         for (int rb = 0; rb < mpad; rb += kAmxRows) {
           Prefetch pf;
+          // The first of several row blocks reads a K block first, from DRAM where no pull
+          // brought it into L2 (amx_block then pulls the other column half ahead).
+          pf.stream = p.packed_b && !one_k && !pull_k && rb == 0 && mpad > kAmxRows;
           if (next >= 0 && p.packed_b && kb + kcur >= k32) pf.next_panel = reinterpret_cast<const char*>(p.packed_b->panel(next));
           if (pull && rb / kAmxRows < full) {
             const int64_t off = int64_t(rb / kAmxRows) * share;
