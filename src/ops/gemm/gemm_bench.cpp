@@ -261,6 +261,7 @@ void bench_gemm(bench::Context& ctx) {
   bench_gemv(ctx, DType::kI8, 1);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 4);
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 16);
+  if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 64);  // mid M: beside the unpacked M = 32 / 128 rows
   if (!ctx.quick) bench_gemv(ctx, DType::kBF16, 256);
   if (!ctx.quick) bench_gemv(ctx, DType::kI8, 256);
   if (!ctx.quick) bench_unpacked(ctx, 1, false);
