@@ -678,7 +678,9 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
         // 16 / 24 / 32 / 64 / 128 -12 / -16 / -16 / -15 / -11 / -7 / -5% time, f32 M = 9 /
         // 16 / 32 / 64 -18 / -19 / -13 / -8%; B in L3 level.
         int64_t run_lines = 0, run_stride = 0, call0 = 0, pack_calls = 1;
-        if (!p.packed_b && kt.l2_runs && !i8_dp && mrows > kMR && !ready && !strips(mrows)) {
+        // (K == 0: B has no rows to pull, and its one empty block has no pack calls to
+        // share them over.)
+        if (!p.packed_b && kt.l2_runs && !i8_dp && mrows > kMR && !ready && !strips(mrows) && K > 0) {
           const int64_t kb0 = kb - kb % pl.kpack, kn0 = kb0 + pl.kpack < K ? kb0 + pl.kpack : 0;
           const int64_t jn = kn0 > 0 ? jb : next_jb;
           if (jn >= 0) {
@@ -847,7 +849,9 @@ void run_thread_amx(const Plan& pl, const GemmParams& p, const KernelTable& kt, 
       // panel's first step itself (Prefetch::next_panel) and ignores l2_next.
       const int full = mpad / kAmxRows;
       const bool one_k = k32 <= kAmxKc, pull_k = !one_k && mpad == kAmxRows;
-      for (int64_t kb = 0; kb < k32; kb += kAmxKc) {
+      // K == 0 still runs one (empty) block, whose tiles start at zero and are stored: the
+      // epilogue reads the accumulator tile, which holds the workspace's old bytes otherwise.
+      for (int64_t kb = 0; kb == 0 || kb < k32; kb += kAmxKc) {
         const int64_t kcur = std::min(kAmxKc, k32 - kb);
         const void* bk = static_cast<const uint8_t*>(bp) + kb * kNR * 2;
         // The B block pulled into L2 meanwhile: this panel's next K block, or after the

@@ -317,22 +317,29 @@ TEST(Gemm, Bf16COfACallIsItsF32CRounded) {
 TEST(Gemm, ZeroSizedDimensions) {
   for (const auto* impl : registry().runnable()) {
     // K = 0 must still zero the accumulator tile (the workspace starts as NaN), for every
-    // weight dtype, one and several row slices, packed and unpacked B in both layouts
-    // (the unpacked decode paths too).
-    for (auto [M, N, K] : {std::tuple{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {13, 70, 0}, {0, 0, 0}})
+    // weight dtype, bf16 A with bf16 B (the AMX plan, from kAmxMinRows rows; also with
+    // SwiGLU), one and several row slices, packed and unpacked B in both layouts (the
+    // unpacked decode paths too).
+    for (auto [M, N, K] : {std::tuple{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {13, 70, 0}, {40, 128, 0}, {0, 0, 0}})
       for (DType bt : {DType::kF32, DType::kBF16, DType::kI8})
-        for (int layout = 0; layout < 3; ++layout) {  // packed, unpacked [N, K], unpacked [K, N]
-        Case c;
-        c.M = M, c.N = N, c.K = K;
-        c.packed = layout == 0;
-        c.b_kn = layout == 2;
-        c.b = bt;
-        c.bias = Bias::kF32;
-        c.beta = 0.25f;
-        const auto out = testutil::run_case(*impl, c);
-        ASSERT_TRUE(out.status.ok()) << impl->name << " " << c.name() << ": " << out.status.message();
-        EXPECT_TRUE(out.cmp.pass) << impl->name << " " << c.name() << ": " << out.cmp.message;
-      }
+        for (DType at : {DType::kF32, DType::kBF16})
+          for (bool swiglu : {false, true})
+            for (int layout = 0; layout < 3; ++layout) {  // packed, unpacked [N, K], unpacked [K, N]
+              if ((at == DType::kBF16 && bt == DType::kF32) || (swiglu && (at != DType::kBF16 || bt != DType::kBF16 || N % 128 || layout != 0)))
+                continue;
+              Case c;
+              c.M = M, c.N = N, c.K = K;
+              c.packed = layout == 0;
+              c.b_kn = layout == 2;
+              c.a = at;
+              c.b = bt;
+              c.swiglu = swiglu;
+              c.bias = swiglu ? Bias::kNone : Bias::kF32;
+              c.beta = swiglu ? 0.0f : 0.25f;
+              const auto out = testutil::run_case(*impl, c);
+              ASSERT_TRUE(out.status.ok()) << impl->name << " " << c.name() << ": " << out.status.message();
+              EXPECT_TRUE(out.cmp.pass) << impl->name << " " << c.name() << ": " << out.cmp.message;
+            }
   }
 }
 
