@@ -501,6 +501,37 @@ TEST(GroupedMatmul, MatchesPerExpertReferenceWithEmptyGroupsOnSelectedIsa) {
   set_num_threads(0);
 }
 
+// K = 0: every output row of a group is an empty sum, exactly 0 (SwiGLU: silu(0) * 0),
+// whatever the workspace held before (NaN here). bf16 x with bf16 weights takes the AMX
+// path from 4 rows, whose K loop had run no block and left the workspace's bytes in the
+// accumulator tile.
+TEST(GroupedMatmul, ZeroKGivesZerosWhateverTheWorkspaceHeld) {
+  for (int threads : {1, 2})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      set_num_threads(threads);
+      const int64_t E = 3, N = 128, I = 64;
+      std::vector<int64_t> offs = {5, 5, 45};  // groups of 5, 0 and 40 rows
+      const int64_t M = offs.back();
+      PackedWeights w;
+      std::vector<float> wdummy(1);
+      ASSERT_TRUE(pack_weights({.w = make_view(wdummy.data(), dt, {E, N, 0})}, &w).ok());
+      std::vector<float> x(1);
+      std::vector<float> out(size_t(M * N), NAN), h(size_t(M * I), NAN);
+      GroupedMatmulParams p{.x = make_view(x.data(), dt, {M, 0}), .weights = &w, .group_offsets = make_view(offs.data(), DType::kI64, {E}),
+                            .out = make_view(out.data(), DType::kF32, {M, N})};
+      std::vector<uint8_t> ws(grouped_matmul_workspace_size(p));
+      std::fill(reinterpret_cast<float*>(ws.data()), reinterpret_cast<float*>(ws.data()) + ws.size() / 4, NAN);
+      { const Status st = grouped_matmul(p, {ws.data(), ws.size()}); ASSERT_TRUE(st.ok()) << st.message(); }
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], 0.0f) << dtype_name(dt) << " threads=" << threads << " element " << i;
+      GroupedMatmulSwigluParams s{.x = p.x, .weights = &w, .group_offsets = p.group_offsets, .out = make_view(h.data(), DType::kF32, {M, I})};
+      std::vector<uint8_t> ws2(grouped_matmul_swiglu_workspace_size(s));
+      std::fill(reinterpret_cast<float*>(ws2.data()), reinterpret_cast<float*>(ws2.data()) + ws2.size() / 4, NAN);
+      { const Status st = grouped_matmul_swiglu(s, {ws2.data(), ws2.size()}); ASSERT_TRUE(st.ok()) << st.message(); }
+      for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(h[i], 0.0f) << "swiglu " << dtype_name(dt) << " threads=" << threads << " element " << i;
+    }
+  set_num_threads(0);
+}
+
 // bf16 output of grouped_matmul for each weight kind (f32 x with f32 weights, bf16 with
 // bf16 — the AMX path from 4 rows — and bf16 x with int8 per-channel weights), under the
 // split (1 thread) and queue (2, 3 threads) schedules. Each element within one bf16
