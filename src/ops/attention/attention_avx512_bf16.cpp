@@ -318,7 +318,9 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
   const size_t q8_bytes = size_t(64 * L) + size_t(2 * kSuper * 32 * 4) + size_t(64 * L);
   const bool q8_fits = groups == 1 && x8.k && L % 64 == 0 && q8_bytes <= I8Kv::stage_bytes(x8.k_width(), x8.v ? x8.v_width() : 0, true);
   const bool lat8 = q8_fits && !x8.v && L == Dv && RD > 0;
-  const bool kv8 = q8_fits && x8.v && L == D && x8.v_dim == Dv && RD == 0;
+  // Dv % 32 == 0 for int8 V (as lat8's Dv = L, a multiple of 64): P . V stages int8 V pairs
+  // 32 columns at a time, so a 16-column tail would read 16 bytes past each V row.
+  const bool kv8 = q8_fits && x8.v && L == D && x8.v_dim == Dv && Dv % 32 == 0 && RD == 0;
   const bool q8 = lat8 || kv8;
   const bool i8 = x8.k != nullptr && !q8;  // rows dequantised into the staging ring by rows()
   uint8_t* q8h = nullptr;
@@ -417,7 +419,7 @@ void run_job_dp(const Config& c, const Job& j, float* scratch) {
     // pairs for all nk keys are staged once, then every 6-row block runs over them.
     for (int64_t d = 0; d < Dv;) {
       const int nc = Dv - d >= 64 ? 4 : Dv - d >= 32 ? 2 : 1;
-      if (q8) stage_v_pairs<int8_t>(lat8 ? kp : vp, n, kmax, d, nc, vst);  // V: the int8 values, exactly (Dv % 64 == 0)
+      if (q8) stage_v_pairs<int8_t>(lat8 ? kp : vp, n, kmax, d, nc, vst);  // V: the int8 values, exactly (nc >= 2: Dv % 32 == 0)
       else stage_v_pairs<uint16_t>(vp, n, kmax, d, nc, vst);
       if (nc == 4) pv_rows<4>(o + d, Dv, pr, vst, pa, pz, R, pf);
       else if (nc == 2) pv_rows<2>(o + d, Dv, pr, vst, pa, pz, R, pf);

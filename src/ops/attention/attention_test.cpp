@@ -791,7 +791,8 @@ TEST(MlaDecode, MatchesNaiveSplitOrNot) {
 // Decode jobs of 9-32 rows of one KV head (more than kDecodeRows rows per KV head, so no
 // all-heads job): bf16 and i8 caches (AVX512_BF16: read as int8 where D % 64 == 0 — D = 64,
 // 128 — dequantised to bf16 otherwise), paged blocks smaller than a 128-key superblock, one
-// and two KV heads, Sq > 1 (causal among the new tokens), Dv % 64 == 32 and D != Dv, row
+// and two KV heads, Sq > 1 (causal among the new tokens), Dv % 64 == 32, Dv % 32 == 16
+// (a 16-column P . V tail, which int8 V rows do not stage) and D != Dv, row
 // counts with every remainder of the 6-row P . V blocks, and at 2 threads the KV split
 // (partial outputs and lse, a split starting past key 0).
 TEST(PagedDecode, JobsOf9To32RowsOfOneKvHead) {
@@ -804,7 +805,9 @@ TEST(PagedDecode, JobsOf9To32RowsOfOneKvHead) {
                                                        {1, 3, 8, 1, 128, 96, std::vector<int32_t>{700}, 8},
                                                        {1, 1, 11, 1, 64, 160, std::vector<int32_t>{520}, 64},
                                                        {2, 1, 26, 2, 64, 64, std::vector<int32_t>{37, 300}, 16},
-                                                       {1, 2, 15, 1, 32, 32, std::vector<int32_t>{259}, 16}}) {
+                                                       {1, 2, 15, 1, 32, 32, std::vector<int32_t>{259}, 16},
+                                                       {1, 1, 12, 1, 64, 48, std::vector<int32_t>{300}, 16},
+                                                       {1, 2, 9, 1, 128, 16, std::vector<int32_t>{200}, 32}}) {
           if (threads == 2 && *std::max_element(lens.begin(), lens.end()) < 512) continue;  // no split either way
           DecodeCase c;
           c.dtype = DType::kBF16, c.i8 = i8, c.B = B, c.Sq = Sq, c.Nq = Nq, c.Nkv = Nkv, c.D = D, c.Dv = Dv, c.lens = lens;
