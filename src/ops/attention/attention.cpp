@@ -668,11 +668,19 @@ int64_t kv_splits(int64_t jobs, int T, int64_t blocks) {
 // out evenly; flash_workspace reserves the same.
 int64_t even_split_cap(const FlashJobs& j) { return std::min(kFlashEvenSplits, j.span_blocks() / kMinSplitBlocks); }
 
-int64_t decode_splits(const DecodeJobs& d, int64_t max_len) {
+// The split count of a run at num_threads(); for the workspace query (`reserve`), the
+// most that any thread count up to it picks. A workspace sized for more threads must
+// serve fewer (attention.h), and the even rule is not monotone in the thread count (B = 1,
+// Sq = 4, 32 / 8 heads: three threads split further than four, whose partials outgrew a
+// thread's scratch). kv_splits grows with it, so the query takes the even rule's cap
+// wherever that rule can apply at some count up to num_threads().
+int64_t decode_splits(const DecodeJobs& d, int64_t max_len, bool reserve = false) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
-  const int64_t even = std::min(even_splits(d, jobs, T), blocks / kMinSplitBlocks);
+  const bool even_can = T >= 2 && jobs <= 8 * int64_t(std::min(T, kEvenMaxThreads));  // even_splits' reach
+  const int64_t even_rule = reserve ? (even_can ? kEvenSplits : 1) : even_splits(d, jobs, T);
+  const int64_t even = std::min(even_rule, blocks / kMinSplitBlocks);
   return std::clamp<int64_t>(std::max(kv_splits(jobs, T, blocks), even), 1, 64);
 }
 
@@ -686,11 +694,11 @@ int64_t longest(const DecodeJobs& d) {
 // know which kernel will run) at the tables' capacity, not the current seq_lens.
 size_t decode_workspace(const DecodeJobs& d) {
   size_t bytes = d.per_thread() * size_t(num_threads()) + kAlign;
-  int64_t splits = d.B > 0 ? decode_splits(d, d.len_cap) : 1;
+  int64_t splits = d.B > 0 ? decode_splits(d, d.len_cap, true) : 1;
   if (d.B > 0 && d.all_heads_fit()) {
     DecodeJobs a = d;
     a.all_heads = true;
-    splits = std::max(splits, decode_splits(a, d.len_cap));
+    splits = std::max(splits, decode_splits(a, d.len_cap, true));
   }
   if (splits > 1) bytes += align_up(size_t(d.rows_total() * splits * (d.cfg.Dv + 1)) * sizeof(float));
   return bytes;

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <numeric>
 #include <tuple>
 
 #include "ops/attention/attention_testutil.h"
@@ -817,6 +818,49 @@ TEST(PagedDecode, JobsOf9To32RowsOfOneKvHead) {
         }
   }
   set_num_threads(0);
+}
+
+// A decode workspace sized for more threads serves fewer, KV-split partials included. The
+// split count is not monotone in the thread count (B = 1, Sq = 4, 32 / 8 heads: three
+// threads split further than four, whose partials outgrew a thread's scratch): sizes at
+// 1-8 threads never fall as the count grows, and a 3-thread call runs in the workspace
+// sized at 4, for paged (bf16) and MLA decode.
+TEST(PagedDecode, WorkspaceSizedForMoreThreadsServesFewer) {
+  const int64_t D = 128, bs = 16, maxb = 64;
+  for (auto [B, Sq, Nq, Nkv] : {std::tuple{1, 4, 32, 8}, {2, 3, 32, 1}, {3, 2, 16, 2}, {1, 3, 16, 16}}) {
+    const int64_t slots = B * maxb * bs;
+    std::vector<uint16_t> q(size_t(B * Sq * Nq * D), f32_to_bf16(0.5f)), kc(size_t(slots * Nkv * D), f32_to_bf16(0.25f)),
+        out(size_t(B * Sq * Nq * D));
+    std::vector<int32_t> tab(size_t(B * maxb)), lens(size_t(B), int32_t(maxb * bs));
+    std::iota(tab.begin(), tab.end(), 0);
+    PagedDecodeParams p{.q = make_view(q.data(), DType::kBF16, {B, Sq, Nq, D}),
+                        .k_cache = make_view(kc.data(), DType::kBF16, {slots, Nkv * D}),
+                        .v_cache = make_view(kc.data(), DType::kBF16, {slots, Nkv * D}),
+                        .block_tables = make_view(tab.data(), DType::kI32, {B, maxb}),
+                        .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Nkv,
+                        .out = make_view(out.data(), DType::kBF16, {B, Sq, Nq, D})};
+    const std::vector<uint16_t> mla_q(size_t(B * Sq * Nq * 576), f32_to_bf16(0.5f));
+    std::vector<uint16_t> latent(size_t(slots * 576), f32_to_bf16(0.25f)), mla_out(size_t(B * Sq * Nq * 512));
+    MlaDecodeParams m{.q = make_view(const_cast<uint16_t*>(mla_q.data()), DType::kBF16, {B, Sq, Nq, 576}),
+                      .cache = make_view(latent.data(), DType::kBF16, {slots, 576}),
+                      .block_tables = p.block_tables, .seq_lens = p.seq_lens, .block_size = bs, .kv_lora_rank = 512,
+                      .out = make_view(mla_out.data(), DType::kBF16, {B, Sq, Nq, 512}), .scale = 0.05f};
+    size_t paged_prev = 0, mla_prev = 0, paged_at4 = 0, mla_at4 = 0;
+    for (int t = 1; t <= 8; ++t) {
+      ThreadScope scope(t);
+      const size_t pw = paged_decode_attention_workspace_size(p), mw = mla_decode_attention_workspace_size(m);
+      EXPECT_GE(pw, paged_prev) << "paged B=" << B << " Sq=" << Sq << " Nq=" << Nq << " Nkv=" << Nkv << " at " << t << " threads";
+      EXPECT_GE(mw, mla_prev) << "mla B=" << B << " Sq=" << Sq << " Nq=" << Nq << " at " << t << " threads";
+      paged_prev = pw, mla_prev = mw;
+      if (t == 4) paged_at4 = pw, mla_at4 = mw;
+    }
+    ThreadScope three(3);
+    std::vector<uint8_t> ws(std::max(paged_at4, mla_at4));
+    Status st = paged_decode_attention(p, {ws.data(), paged_at4});
+    EXPECT_TRUE(st.ok()) << st.message();
+    st = mla_decode_attention(m, {ws.data(), mla_at4});
+    EXPECT_TRUE(st.ok()) << st.message();
+  }
 }
 
 // Decode at a context past 2^24 tokens (the block table maps every block but the last
