@@ -163,6 +163,8 @@ Status to_args(const KvCacheWriteParams& p, WriteArgs* a) {
     const char* cn = w ? "v_cache" : "k_cache";
     if (src.empty()) {
       if (!cache.empty()) return Error(StatusCode::kInvalidArgument, op, ": ", cn, " given without ", sn);
+      if (!(w ? p.v_scales : p.k_scales).empty())
+        return Error(StatusCode::kInvalidArgument, op, ": ", w ? "v_scales" : "k_scales", " given without ", sn);
       continue;
     }
     OPTX_RETURN_IF_ERROR(check_rows(op, src, sn, T, row));
@@ -226,6 +228,9 @@ Status to_args(const GatherKvParams& p, GatherArgs* a) {
     const char* on = w ? "v_out" : "k_out";
     if (cache.empty()) {
       if (!out.empty()) return Error(StatusCode::kInvalidArgument, op, ": ", on, " given without ", cn);
+      for (const auto& [view, name] : {std::pair{w ? p.v_scales : p.k_scales, w ? "v_scales" : "k_scales"},
+                                       std::pair{w ? p.v_scales_out : p.k_scales_out, w ? "v_scales_out" : "k_scales_out"}})
+        if (!view.empty()) return Error(StatusCode::kInvalidArgument, op, ": ", name, " given without ", cn);
       continue;
     }
     OPTX_RETURN_IF_ERROR(check_rows(op, cache, cn, num_slots, row));

@@ -894,6 +894,22 @@ TEST(KvCacheBadInput, MessagesNameTheArgument) {
       << st.message();
   m.kv_lora_rank = 9;
   EXPECT_NE(kv_rms_norm_rope_cache(m).message().find("kv.sizes[1]=10 must be kv_lora_rank=9"), std::string::npos);
+
+  // Found by review: scales for a plane the call does not have were ignored (and then
+  // reported as overlapping inputs of the plane it has), where other stray arguments are
+  // errors.
+  std::vector<float> sc(6);
+  slots[1] = 2;
+  p.k_cache = make_view(cache.data(), DType::kBF16, {6, 8});
+  p.v_scales = make_view(sc.data(), DType::kF32, {6});
+  EXPECT_EQ(kv_cache_write(p).message(), "kv_cache_write: v_scales given without v");
+  lens[0] = 3, tables[1] = 1;
+  ASSERT_TRUE(gather_pa_kv_cache(g).ok()) << gather_pa_kv_cache(g).message();
+  g.v_scales = make_view(sc.data(), DType::kF32, {6});
+  EXPECT_EQ(gather_pa_kv_cache(g).message(), "gather_pa_kv_cache: v_scales given without v_cache");
+  g.v_scales = {};
+  g.v_scales_out = make_view(sc.data(), DType::kF32, {3});
+  EXPECT_EQ(gather_pa_kv_cache(g).message(), "gather_pa_kv_cache: v_scales_out given without v_cache");
 }
 
 // Found by review: empty i8 calls were rejected for their (empty) scale views' null data;

@@ -109,10 +109,12 @@ Status to_args(const RopeParams& p, Args* a) {
   if (first.dtype != DType::kF32 && first.dtype != DType::kBF16)
     return Error(StatusCode::kInvalidArgument, kOp, ": ", first_name, ".dtype=", dtype_name(first.dtype), " but must be f32 or bf16");
   OPTX_RETURN_IF_ERROR(check_view(kOp, first_name, first));
-  if (first.rank < 1)
-    return Error(StatusCode::kInvalidArgument, kOp, ": ", first_name, ".rank=", first.rank, " but must be 3");
+  // Checked before rotary_dim = 0 resolves to the head size: a [T, D] q would otherwise be
+  // reported as rotary_dim=0 being out of range.
+  if (first.rank != 3)
+    return Error(StatusCode::kInvalidArgument, kOp, ": ", first_name, ".rank=", first.rank, " but must be 3 ([T, heads, head_dim])");
   const int64_t T = first.sizes[0];
-  const int64_t D = first.rank == 3 ? first.sizes[2] : 0;
+  const int64_t D = first.sizes[2];
   const int64_t rd = p.rotary_dim == 0 ? D : p.rotary_dim;
   if (p.rotary_offset < 0) return Error(StatusCode::kInvalidArgument, kOp, ": rotary_offset=", p.rotary_offset, " is negative");
   OPTX_RETURN_IF_ERROR(table_args(kOp, p.positions, p.cos, p.sin, rd, p.style, T, a));

@@ -226,6 +226,14 @@ TEST(Rope, BadInputs) {
   b = p;
   b.rotary_dim = 7;
   expect(b, "rotary_dim=7");
+  // Found by review: a q of rank 2 or 4 with the default rotary_dim (0: the head size)
+  // was reported as "rotary_dim=0 must be even", not as q's rank.
+  b = p;
+  b.q = make_view(q.data(), DType::kF32, {2, 16});
+  expect(b, "q.rank=2 but must be 3");
+  b = p;
+  b.q = make_view(q.data(), DType::kF32, {2, 1, 2, 8});
+  expect(b, "q.rank=4 but must be 3");
   RopeTable bad;
   EXPECT_FALSE(RopeTable::build({.rotary_dim = 3}, &bad).ok());
 
