@@ -149,6 +149,10 @@ Status validate(const MoeForwardParams& p, bool need_data) {
   if (!fits(T * p.top_k, std::max(H, I), es) || !fits(T, std::max({H, E, Is}), sizeof(float)))
     return Error(StatusCode::kInvalidArgument, op, ": T=", T, " tokens with top_k=", p.top_k, ", H=", H, ", I=", I, ", I_s=", Is,
                  " and E=", E, " need buffers beyond 2^", kMaxViewLog2, " bytes");
+  // The routed rows are indexed by i32 (moe_init_routing's row_map and inverse): checked
+  // here, so the query returns 0 and the call fails before routing, naming this op.
+  if (T * p.top_k > INT32_MAX)
+    return Error(StatusCode::kInvalidArgument, op, ": T*top_k=", T * p.top_k, " routed rows exceed the i32 row indices (", INT32_MAX, ")");
   return Status::Ok();
 }
 

@@ -1264,6 +1264,18 @@ TEST(MoeBadInput, ForwardChecksItsOwnArgumentsFirst) {
                                                   " must be in [1, min(32, experts in the kept groups = 4)]"));
     EXPECT_EQ(moe_forward_workspace_size(p), 0u) << "top_k=" << k;
   }
+  // Found by review: T * top_k past i32 (moe_init_routing's row indices) passed the
+  // layer's own checks, so the query sized a call that could only fail, and the call ran
+  // the router over every token before failing in moe_init_routing.
+  {
+    MoeForwardParams big = l.p;
+    big.top_k = 2;
+    const int64_t T = int64_t(1) << 30;  // x [2^30, 4] f32 spans 2^34 bytes: within the view bound
+    big.x = make_view(l.x.data(), DType::kF32, {T, l.H});
+    big.out = make_view(l.out.data(), DType::kF32, {T, l.H});
+    EXPECT_EQ(moe_forward_workspace_size(big), 0u);
+    EXPECT_TRUE(fails_with(moe_forward(big, w), "moe_forward: T*top_k=2147483648 routed rows exceed the i32 row indices"));
+  }
   MoeForwardParams p = l.p;
   p.x.data = nullptr;
   EXPECT_TRUE(fails_with(moe_forward(p, w), "moe_forward: x.data is null"));
