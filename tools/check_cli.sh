@@ -28,6 +28,14 @@ expect 2 "optx verify: --json needs a file name, got '--quick'" "$optx" verify -
 expect 2 "optx verify: --filter needs a regular expression" "$optx" verify --filter
 expect 2 "optx verify: unknown argument '--threads'" "$optx" verify --threads 2
 expect 2 "is not a valid regular expression" "$optx" verify --filter '('
+# 20000 nested groups overflowed std::regex's recursive compiler (SIGSEGV): refused by length.
+deep=$(awk 'BEGIN { for (i = 0; i < 20000; i++) printf "("; printf "a"; for (i = 0; i < 20000; i++) printf ")" }')
+expect 2 "optx verify: --filter is 40001 characters; at most 1024" "$optx" verify --filter "$deep"
+# OPTX_IMPL entries that select nothing are named: not op=impl (the library warns), an op
+# no registry has (optx info warns), an op given twice.
+expect 0 "OPTX_IMPL entry 'gemm=' is not op=impl; ignored" env OPTX_IMPL="gemm=" "$optx" info
+expect 0 "OPTX_IMPL names 'gem', which is not an op; ignored" env OPTX_IMPL="gem=scalar" "$optx" info
+expect 0 "OPTX_IMPL names gemm more than once; its first entry applies" env OPTX_IMPL="gemm=scalar,gemm=amx" "$optx" info
 expect 1 "optx verify: no op matches --filter '^no_such_op\$'" "$optx" verify --filter '^no_such_op$'
 expect 1 "optx verify: cannot open /nonexistent/dir/v.json for writing" "$optx" verify --filter '^rope$' --json /nonexistent/dir/v.json
 if [ -w /dev/full ]; then

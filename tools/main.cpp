@@ -2,6 +2,7 @@
 // Output contracts (checks outside the project read them) are specified in DESIGN.md.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/bench.h"
@@ -107,17 +109,28 @@ int cmd_info() {
   std::printf("\n");
   std::printf("threads: %d\n", num_threads());
   std::printf("selected implementations:\n");
-  for (const auto& op : registered_ops()) std::printf("  %-24s %s\n", op.c_str(), selected_impl(op).c_str());
+  const auto ops = registered_ops();
+  for (const auto& op : ops) std::printf("  %-24s %s\n", op.c_str(), selected_impl(op).c_str());
+  // An OPTX_IMPL entry for an op no registry has (a typo) would otherwise select nothing
+  // without a word.
+  if (const char* env = std::getenv("OPTX_IMPL")) {
+    for (std::string_view s(env), item; !s.empty(); s.remove_prefix(std::min(s.size(), item.size() + 1))) {
+      item = s.substr(0, s.find(','));
+      const std::string op(item.substr(0, item.find('=')));
+      if (!op.empty() && item.find('=') != std::string_view::npos && std::find(ops.begin(), ops.end(), op) == ops.end())
+        std::fprintf(stderr, "optx: warning: OPTX_IMPL names '%s', which is not an op; ignored\n", op.c_str());
+    }
+  }
   return 0;
 }
-
-constexpr long kMaxThreads = 1024;
 
 struct Args {
   std::string filter = ".*", json;
   int threads = 0;
   bool quick = false;
 };
+
+constexpr size_t kMaxFilterChars = 1024;
 
 // Each bad argument is named on stderr (then the usage, exit 2).
 bool parse(int argc, char** argv, int start, const std::string& cmd, Args& a) {
@@ -131,6 +144,10 @@ bool parse(int argc, char** argv, int start, const std::string& cmd, Args& a) {
     if (s == "--filter") {
       const char* v = next();
       if (!v) return bad("--filter needs a regular expression");
+      // libstdc++ compiles a regex recursively, a frame per nesting level: 20000 nested
+      // groups overflowed the stack (SIGSEGV, which no catch sees). Op names are short.
+      if (std::strlen(v) > kMaxFilterChars)
+        return bad("--filter is " + std::to_string(std::strlen(v)) + " characters; at most " + std::to_string(kMaxFilterChars));
       a.filter = v;
     } else if (s == "--json") {
       const char* v = next();

@@ -45,12 +45,14 @@ std::vector<std::string> registered_ops();
 // Defaults to OMP_NUM_THREADS if set, else the number of cores.
 void set_num_threads(int n);
 // The threads an op called from this thread plans for: the ThreadScope override, else
-// set_num_threads' count, either at most OMP_THREAD_LIMIT — except 1 inside an OpenMP parallel
+// set_num_threads' count, either at most OMP_THREAD_LIMIT and kMaxThreads (an OpenMP team
+// of INT_MAX threads made libgomp exit the process) — except 1 inside an OpenMP parallel
 // region that cannot fork another team (nesting off or at its OMP_MAX_ACTIVE_LEVELS): an
 // op called there runs on the calling thread. Ops may be called concurrently from several
 // threads (each with its own outputs and workspace), from user threads or from the
 // threads of a parallel region.
 int num_threads();
+inline constexpr int kMaxThreads = 1024;
 
 // Overrides num_threads() for the calling thread only, while in scope (scopes nest). An op
 // that already spreads independent work items over the threads (e.g. MoE experts) runs

@@ -4,10 +4,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <mutex>
 #include <utility>
 #include <vector>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -267,6 +269,27 @@ TEST(Threads, NeitherCountPassesTheThreadLimit) {
     EXPECT_EQ(num_threads(), limit);
   }
   set_num_threads(0);
+}
+
+// Found by review: set_num_threads(INT_MAX) (or OMP_NUM_THREADS) went to the ops' OpenMP
+// teams, and libgomp exited the process allocating one; the counts stop at kMaxThreads.
+TEST(Threads, CountsStopAtKMaxThreads) {
+  set_num_threads(INT_MAX);
+  EXPECT_LE(num_threads(), kMaxThreads);
+  {
+    ThreadScope scope(INT_MAX);
+    EXPECT_LE(num_threads(), kMaxThreads);
+  }
+  set_num_threads(0);
+}
+
+// Found by review: a request within `align` of SIZE_MAX wrapped the round-up to a tiny
+// block that was returned as if it held the bytes.
+TEST(Alloc, RequestsThatWouldWrapFail) {
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 100, SIZE_MAX - (size_t(2) << 20) + 2}) EXPECT_EQ(aligned_alloc_bytes(bytes), nullptr) << bytes;
+  void* p = aligned_alloc_bytes(100);
+  EXPECT_NE(p, nullptr);
+  aligned_free(p);
 }
 
 // Every item once, in contiguous chunks of at least min_chunk (the last may be shorter),

@@ -86,7 +86,7 @@ ThreadScope::~ThreadScope() { t_threads = prev_; }
 int num_threads() {
   // OMP_THREAD_LIMIT: no team gets more, so neither count plans for more (a ThreadScope
   // past it planned splits for threads that never came, and sized workspaces for them).
-  if (t_threads > 0) return std::min(t_threads, omp_get_thread_limit());
+  if (t_threads > 0) return std::min({t_threads, omp_get_thread_limit(), kMaxThreads});
   // A parallel region opened here would get a team of one: planning for more would split
   // the work for threads that never come (or, in kernels with per-thread shares, leave
   // their shares undone).
@@ -96,7 +96,7 @@ int num_threads() {
     n = default_threads();
     g_threads.store(n);
   }
-  return std::min(n, omp_get_thread_limit());
+  return std::min({n, omp_get_thread_limit(), kMaxThreads});
 }
 
 void* aligned_alloc_bytes(size_t bytes, size_t align) {
@@ -107,6 +107,7 @@ void* aligned_alloc_bytes(size_t bytes, size_t align) {
   constexpr size_t kHuge = size_t(2) << 20;
   const bool huge = bytes >= 2 * kHuge;
   if (huge && align < kHuge) align = kHuge;
+  if (bytes > SIZE_MAX - align) return nullptr;  // the round-up below would wrap to a tiny block
   void* p = nullptr;
   if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return nullptr;
   if (huge) madvise(p, bytes, MADV_HUGEPAGE);
