@@ -184,4 +184,12 @@ Status check_block_tables(const char* op, const TensorView& tables, const Tensor
   return Status::Ok();
 }
 
+Status check_workspace(const char* op, const char* size_fn, Workspace ws, size_t need) {
+  if (ws.bytes < need)
+    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", size_fn, "()=", need, " (at ", num_threads(),
+                 " threads)");
+  if (need > 0 && !ws.data) return Error(StatusCode::kInvalidArgument, op, ": workspace.data is null (workspace.bytes=", ws.bytes, ")");
+  return Status::Ok();
+}
+
 }  // namespace optx

@@ -47,6 +47,10 @@ struct NamedView {
 // overwritten after its check could address outside the output). The error names both.
 Status check_apart(const char* op, std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
 
+// The workspace the caller sized with size_fn (named in the message): fewer bytes than the
+// call needs (kWorkspaceTooSmall), or a null address for a need of any bytes.
+Status check_workspace(const char* op, const char* size_fn, Workspace ws, size_t need);
+
 // The first `used` bytes of the caller's workspace (the bytes the call writes, at most what
 // its size query asks for) as a byte view for check_apart, empty without data: an op writes
 // them while its inputs are read and its outputs written, so they count as an output. Bytes

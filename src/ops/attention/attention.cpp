@@ -759,7 +759,7 @@ void merge_splits(const J& j) {
 }
 
 // need: decode_workspace(d), taken before the kernel's all-heads choice below.
-Status run_decode(const Kernels& k, DecodeJobs& d, size_t need, Workspace ws, const char* op) {
+Status run_decode(const Kernels& k, DecodeJobs& d, size_t need, Workspace ws, const char* op, const char* size_fn) {
   if (k.multi_group && d.B > 0 && d.all_heads_fit(k.decode_rows, k.decode_group_rows, k.decode_f32)) {
     d.all_heads = true;
     d.splits = decode_splits(d, longest(d));
@@ -767,9 +767,7 @@ Status run_decode(const Kernels& k, DecodeJobs& d, size_t need, Workspace ws, co
   if (d.all_heads && d.Nq * d.Sq > d.cfg.max_rows)  // the job scratch is laid out for max_rows rows
     return Error(StatusCode::kInternal, op, ": an all-heads job of ", d.Nq * d.Sq, " rows exceeds the ", d.cfg.max_rows,
                  " its scratch holds");
-  if (ws.bytes < need || !ws.data)
-    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but the op needs ", need, " (at ", num_threads(),
-                 " threads)");
+  OPTX_RETURN_IF_ERROR(check_workspace(op, size_fn, ws, need));
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   const size_t per_thread = d.per_thread();
   d.part = d.splits > 1 ? reinterpret_cast<float*>(base + per_thread * size_t(num_threads())) : nullptr;
@@ -1012,9 +1010,7 @@ Status flash_run(const Kernels& k, const FlashAttentionParams& p, Workspace ws) 
   const size_t per_thread = scratch_bytes(jobs.cfg);
   const size_t need = per_thread * size_t(num_threads()) + kAlign + jobs.part_bytes();
   OPTX_RETURN_IF_ERROR(flash_apart(p, workspace_view(ws, need)));
-  if (ws.bytes < need || !ws.data)
-    return Error(StatusCode::kWorkspaceTooSmall, "flash_attention: workspace.bytes=", ws.bytes,
-                 " but flash_attention_workspace_size()=", need, " (at ", num_threads(), " threads)");
+  OPTX_RETURN_IF_ERROR(check_workspace("flash_attention", "flash_attention_workspace_size", ws, need));
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   Config c = jobs.cfg;
   c.partial = jobs.splits > 1;
@@ -1029,7 +1025,7 @@ Status paged_run(const Kernels& k, const PagedDecodeParams& p, Workspace ws) {
   DecodeJobs d = paged_jobs(p);
   const size_t need = decode_workspace(d);
   OPTX_RETURN_IF_ERROR(paged_apart(p, workspace_view(ws, need)));
-  return run_decode(k, d, need, ws, "paged_decode_attention");
+  return run_decode(k, d, need, ws, "paged_decode_attention", "paged_decode_attention_workspace_size");
 }
 
 Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
@@ -1037,7 +1033,7 @@ Status mla_run(const Kernels& k, const MlaDecodeParams& p, Workspace ws) {
   DecodeJobs d = mla_jobs(p);
   const size_t need = decode_workspace(d);
   OPTX_RETURN_IF_ERROR(mla_apart(p, workspace_view(ws, need)));
-  return run_decode(k, d, need, ws, "mla_decode_attention");
+  return run_decode(k, d, need, ws, "mla_decode_attention", "mla_decode_attention_workspace_size");
 }
 
 bool masks_hide(const Job& j, int64_t kb, int64_t n) {

@@ -1068,6 +1068,9 @@ TEST(AttentionBadInput, MessagesNameTheArgument) {
   p.v = make_view(k.data(), DType::kF32, {1, 2, 2, 64});
   st = flash_attention(p, {ws.data(), 16});
   EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall) << st.message();
+  EXPECT_NE(st.message().find("flash_attention: workspace.bytes=16 but flash_attention_workspace_size()="), std::string::npos) << st.message();
+  st = flash_attention(p, {nullptr, ws.size()});  // enough bytes, no address: not "too small"
+  EXPECT_NE(st.message().find("flash_attention: workspace.data is null"), std::string::npos) << st.message();
   p.k.dtype = DType::kBF16;
   EXPECT_NE(flash_attention(p, {ws.data(), ws.size()}).message().find("k.dtype=bf16 but q.dtype=f32"), std::string::npos);
   std::vector<int32_t> tables = {0, 9}, lens = {20};

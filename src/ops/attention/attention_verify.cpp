@@ -101,8 +101,8 @@ void verify_update(std::vector<verify::Record>& out) {
       testutil::merge_ref(outs, lses, P, R, Dv, ref, rlse);
       for (int64_t i = 0; i < R * Dv; ++i) got.push_back(dt == DType::kF32 ? double(of[size_t(i)]) : double(bf16_to_f32(ob[size_t(i)])));
       for (int64_t r = 0; r < R; ++r) got.push_back(lse[size_t(r)]), ref.push_back(rlse[size_t(r)]);
-      const std::string cs = std::string(dtype_name(dt)) + " P=" + std::to_string(P) + " R=" + std::to_string(R) + " Dv=" +
-                             std::to_string(Dv) + " (-inf partials, an empty row)";
+      const std::string cs = std::string("dtype=") + dtype_name(dt) + " P=" + std::to_string(P) + " R=" + std::to_string(R) + " Dv=" +
+                             std::to_string(Dv) + " neg_inf_partials=1 empty_row=1";
       out.push_back(verify::make_record("attention_update", "generic", cs, st, testutil::compare_merged(got, ref, dt == DType::kBF16)));
     }
 }

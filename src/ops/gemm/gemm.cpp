@@ -1228,9 +1228,7 @@ Status run_impl(const dispatch::Impl<GemmFn>& impl, const GemmParams& p, Workspa
                                     {"packed_b", p.packed_b ? packed_bytes(*p.packed_b) : none},
                                     {"packed_b->scales", p.packed_b ? packed_scales(*p.packed_b) : none}}));
   if (impl.fn != gemm_reference) {
-    if (ws.bytes < need || (need > 0 && !ws.data))
-      return Error(StatusCode::kWorkspaceTooSmall, kOp, ": workspace.bytes=", ws.bytes,
-                   " but gemm_workspace_size()=", need, " (at ", num_threads(), " threads)");
+    OPTX_RETURN_IF_ERROR(check_workspace(kOp, "gemm_workspace_size", ws, need));
   }
   return impl.fn(p, ws);
 }

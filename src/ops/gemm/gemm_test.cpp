@@ -767,7 +767,14 @@ TEST_F(BadInput, WorkspaceTooSmall) {
   const Status st = run_impl(*impl, p, {buf.data(), need - 1});
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kWorkspaceTooSmall);
-  EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("gemm: workspace.bytes=" + std::to_string(need - 1) + " but gemm_workspace_size()=" + std::to_string(need)),
+            std::string::npos)
+      << st.message();
+  // Found by review: enough bytes at a null address were reported as too few bytes.
+  const Status null_st = run_impl(*impl, p, {nullptr, need});
+  EXPECT_EQ(null_st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(null_st.message().find("gemm: workspace.data is null (workspace.bytes=" + std::to_string(need) + ")"), std::string::npos)
+      << null_st.message();
 }
 TEST_F(BadInput, BothBAndPacked) {
   PackedWeights pw;

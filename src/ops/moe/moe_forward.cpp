@@ -165,7 +165,7 @@ size_t moe_forward_workspace_size(const MoeForwardParams& p) { return validate(p
 Status moe_forward(const MoeForwardParams& p, Workspace ws) {
   OPTX_RETURN_IF_ERROR(validate(p, /*need_data=*/true));
   const Layout l = layout_of(p);
-  OPTX_RETURN_IF_ERROR(moe_detail::check_workspace("moe_forward", "moe_forward_workspace_size", ws, l.total));
+  OPTX_RETURN_IF_ERROR(check_workspace("moe_forward", "moe_forward_workspace_size", ws, l.total));
   // The workspace holds the routing that places every row; out is written last, by the
   // finalize, once nothing reads x any more: it may replace x in place.
   const TensorView wsv = workspace_view(ws, l.total);

@@ -110,15 +110,6 @@ inline Status check_1d(const char* op, const TensorView& t, const char* name, in
   return Status::Ok();
 }
 
-// The workspace the caller sized with fn_name, checked by the op the caller called (in
-// grouped_matmul before the split schedule hands it to gemm, whose error would name gemm).
-inline Status check_workspace(const char* op, const char* fn_name, Workspace ws, size_t need) {
-  if (ws.bytes < need)
-    return Error(StatusCode::kWorkspaceTooSmall, op, ": workspace.bytes=", ws.bytes, " but ", fn_name, "()=", need, " (at ", num_threads(),
-                 " threads)");
-  if (!ws.data) return Error(StatusCode::kInvalidArgument, op, ": workspace.data is null (workspace.bytes=", ws.bytes, ")");
-  return Status::Ok();
-}
 
 // Several grouped GEMMs (each as its single-call params) as one work list on one queue:
 // no barrier between them, and the longest items of all start first. stats: the

@@ -184,9 +184,9 @@ struct LayerCase {
   bool packed_router = false;
   std::string name() const {
     std::ostringstream os;
-    os << dtype_name(dt) << " T=" << T << " H=" << H << " E=" << E << " k=" << k << " I=" << I << " Is=" << Is
+    os << "dtype=" << dtype_name(dt) << " T=" << T << " H=" << H << " E=" << E << " k=" << k << " I=" << I << " Is=" << Is
        << " score=" << (score == MoeScore::kSoftmax ? "softmax" : score == MoeScore::kSigmoid ? "sigmoid" : "sqrt_softplus")
-       << " groups=" << n_group << "/" << topk_group << (gs == MoeGroupScore::kTop2Sum ? " top2" : "") << " bias=" << bias
+       << " groups=" << n_group << "/" << topk_group << " group_score=" << (gs == MoeGroupScore::kTop2Sum ? "top2" : "max") << " bias=" << bias
        << " renorm=" << renorm << " scaling=" << scaling << " hot=" << hot_expert << " packed_router=" << packed_router;
     return os.str();
   }

@@ -27,14 +27,14 @@ void verify_gating(std::vector<verify::Record>& out) {
     float scaling;
     bool tks = false, softmax_api = false;  // top-k then softmax; via moe_gating_topk_softmax
   };
-  const C cases[] = {{"softmax E=64 k=6", MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
-                     {"softmax E=72 k=6", MoeScore::kSoftmax, 72, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},  // a vector tail
-                     {"sigmoid E=40 k=3", MoeScore::kSigmoid, 40, 3, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
-                     {"softmax E=160 k=6 groups=8/3 max", MoeScore::kSoftmax, 160, 6, 8, 3, MoeGroupScore::kMax, false, false, 16.0f},
-                     {"sigmoid E=256 k=8 groups=8/4 top2 bias renorm", MoeScore::kSigmoid, 256, 8, 8, 4, MoeGroupScore::kTop2Sum, true, true, 2.5f},
-                     {"sqrt_softplus E=64 k=6 bias renorm", MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, 1.5f},
-                     {"E=8 k=2 renorm", MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, 1.0f, false, true},
-                     {"E=60 k=4 topk_then_softmax", MoeScore::kSoftmax, 60, 4, 1, 1, MoeGroupScore::kMax, false, false, 1.0f, true, true}};
+  const C cases[] = {{"score=softmax E=64 k=6", MoeScore::kSoftmax, 64, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+                     {"score=softmax E=72 k=6", MoeScore::kSoftmax, 72, 6, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},  // a vector tail
+                     {"score=sigmoid E=40 k=3", MoeScore::kSigmoid, 40, 3, 1, 1, MoeGroupScore::kMax, false, false, 1.0f},
+                     {"score=softmax E=160 k=6 groups=8/3 group_score=max", MoeScore::kSoftmax, 160, 6, 8, 3, MoeGroupScore::kMax, false, false, 16.0f},
+                     {"score=sigmoid E=256 k=8 groups=8/4 group_score=top2 bias=1 renorm=1", MoeScore::kSigmoid, 256, 8, 8, 4, MoeGroupScore::kTop2Sum, true, true, 2.5f},
+                     {"score=sqrt_softplus E=64 k=6 bias=1 renorm=1", MoeScore::kSqrtSoftplus, 64, 6, 1, 1, MoeGroupScore::kMax, true, true, 1.5f},
+                     {"score=softmax E=8 k=2 renorm=1", MoeScore::kSoftmax, 8, 2, 1, 1, MoeGroupScore::kMax, false, true, 1.0f, false, true},
+                     {"score=softmax E=60 k=4 order=topk_then_softmax", MoeScore::kSoftmax, 60, 4, 1, 1, MoeGroupScore::kMax, false, false, 1.0f, true, true}};
   for (const C& c : cases) {
     const int64_t T = 300;
     testing::Rng rng(uint64_t(c.E));
@@ -111,8 +111,8 @@ void verify_grouped_n(std::vector<verify::Record>& out, int64_t N) {
   for (int threads : {1, all > 1 ? all : 2}) {
     set_num_threads(threads);
     const std::string schedule = threads == 1 ? "split" : "queue";
-    const std::string cs = "bf16 E=16 M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=200 threads=" +
-                           std::to_string(threads) + " (" + schedule + ")";
+    const std::string cs = "dtype=bf16 E=16 M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=200 threads=" +
+                           std::to_string(threads) + " schedule=" + schedule;
     std::vector<float> y(static_cast<size_t>(M * N));
     GroupedMatmulParams p{.x = make_view(x.data(), DType::kBF16, {M, K}), .weights = &pw,
                           .group_offsets = make_view(offs.data(), DType::kI64, {E}), .out = make_view(y.data(), DType::kF32, {M, N})};
@@ -248,7 +248,7 @@ void verify_routing(std::vector<verify::Record>& out) {
   std::vector<double> got(offs.begin(), offs.end()), ref;
   for (int32_t e = 0; e < E; ++e) ref.push_back(double(std::count_if(sorted.begin(), sorted.end(), [&](int32_t v) { return v <= e; })));
   out.push_back(verify::make_record("moe_compute_expert_tokens", "generic",
-                                    "N=" + std::to_string(sorted.size()) + " E=64 (empty experts, none past 50)", st,
+                                    "N=" + std::to_string(sorted.size()) + " E=64 max_id=50", st,  // empty experts, none past 50
                                     testing::compare(got, ref, {0, 0})));
 }
 
@@ -288,8 +288,8 @@ void verify_finalize(std::vector<verify::Record>& out) {
       moe_testutil::finalize_ref(y.data(), inv.data(), w.data(), with_shared ? sh.data() : nullptr, with_res ? res.data() : nullptr, T, k,
                                  H, dt == DType::kBF16, ref, extra);
       for (int64_t i = 0; i < T * H; ++i) got.push_back(dt == DType::kF32 ? double(of[size_t(i)]) : double(bf16_to_f32(ob[size_t(i)])));
-      const std::string cs = std::string(dtype_name(dt)) + " T=37 k=6 H=72 shared=" + (with_shared ? "1" : "0") +
-                             " residual=" + (with_res ? "1" : "0") + " (every 5th row dropped)";
+      const std::string cs = std::string("dtype=") + dtype_name(dt) + " T=37 k=6 H=72 shared=" + (with_shared ? "1" : "0") +
+                             " residual=" + (with_res ? "1" : "0") + " dropped=every5th";  // every 5th routed row dropped
       out.push_back(verify::make_record("moe_finalize_routing", "generic", cs, st, testing::compare(got, ref, {0, 0}, &extra)));
     }
 }
