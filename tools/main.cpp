@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "dispatch/registry.h"
 #include "optx/runtime.h"
 #include "tools/verify.h"
 
@@ -113,14 +114,12 @@ int cmd_info() {
   for (const auto& op : ops) std::printf("  %-24s %s\n", op.c_str(), selected_impl(op).c_str());
   // An OPTX_IMPL entry for an op no registry has (a typo) would otherwise select nothing
   // without a word.
-  if (const char* env = std::getenv("OPTX_IMPL")) {
-    for (std::string_view s(env), item; !s.empty(); s.remove_prefix(std::min(s.size(), item.size() + 1))) {
-      item = s.substr(0, s.find(','));
-      const std::string op(item.substr(0, item.find('=')));
-      if (!op.empty() && item.find('=') != std::string_view::npos && std::find(ops.begin(), ops.end(), op) == ops.end())
-        std::fprintf(stderr, "optx: warning: OPTX_IMPL names '%s', which is not an op; ignored\n", op.c_str());
-    }
-  }
+  if (const char* env = std::getenv("OPTX_IMPL"))
+    dispatch::each_impl_item(env, [&](std::string_view, dispatch::ImplEntry e) {
+      if (!e.op.empty() && std::find(ops.begin(), ops.end(), e.op) == ops.end())
+        std::fprintf(stderr, "optx: warning: OPTX_IMPL names '%.*s', which is not an op; ignored\n", int(e.op.size()), e.op.data());
+      return false;
+    });
   return 0;
 }
 

@@ -23,30 +23,25 @@ std::mutex& ops_mutex() {
   static std::mutex m;
   return m;
 }
-}  // namespace
 
 // OPTX_IMPL's entries that select nothing, warned about once per process: an entry that
 // is not op=impl (both non-empty), and an op given twice (the first entry applies). An op
 // name no registry has is reported by `optx info`, which knows every op.
 void warn_malformed_impl(std::string_view s) {
   std::vector<std::string_view> seen;
-  for (size_t pos = 0; pos <= s.size();) {
-    size_t end = s.find(',', pos);
-    if (end == std::string_view::npos) end = s.size();
-    const std::string_view item = s.substr(pos, end - pos);
-    pos = end + 1;
-    if (item.empty()) continue;  // "a=b," or ",,": nothing asked
-    const size_t eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+  each_impl_item(s, [&](std::string_view item, ImplEntry e) {
+    if (item.empty()) return false;  // "a=b," or ",,": nothing asked
+    if (e.op.empty()) {
       log_warning("OPTX_IMPL entry '" + std::string(item) + "' is not op=impl; ignored");
-      continue;
+      return false;
     }
-    const std::string_view op = item.substr(0, eq);
     for (const auto& o : seen)
-      if (o == op) log_warning("OPTX_IMPL names " + std::string(op) + " more than once; its first entry applies");
-    seen.push_back(op);
-  }
+      if (o == e.op) log_warning("OPTX_IMPL names " + std::string(e.op) + " more than once; its first entry applies");
+    seen.push_back(e.op);
+    return false;
+  });
 }
+}  // namespace
 
 // A view into the environment (no copy: selection runs on every op call, and an op name
 // past the small-string buffer made each call allocate); valid until OPTX_IMPL changes.
@@ -55,17 +50,13 @@ std::string_view forced_impl(std::string_view op) {
   if (!env) return {};
   static std::once_flag checked;
   std::call_once(checked, warn_malformed_impl, std::string_view(env));
-  // Format: op=impl[,op=impl...]
-  const std::string_view s(env);
-  for (size_t pos = 0; pos <= s.size();) {
-    size_t end = s.find(',', pos);
-    if (end == std::string_view::npos) end = s.size();
-    const std::string_view item = s.substr(pos, end - pos);
-    const size_t eq = item.find('=');
-    if (eq != std::string_view::npos && item.substr(0, eq) == op) return item.substr(eq + 1);
-    pos = end + 1;
-  }
-  return {};
+  std::string_view forced;
+  each_impl_item(env, [&](std::string_view, ImplEntry e) {
+    if (e.op != op) return false;
+    forced = e.impl;
+    return true;
+  });
+  return forced;
 }
 
 void register_op(const std::string& op, std::string (*selected)()) {

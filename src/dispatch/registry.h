@@ -20,6 +20,26 @@ namespace optx::dispatch {
 // Value of OPTX_IMPL for this op, or "" if none is forced.
 std::string_view forced_impl(std::string_view op);
 
+// An OPTX_IMPL item of the form op=impl (both non-empty); empty views otherwise.
+struct ImplEntry {
+  std::string_view op, impl;
+};
+// OPTX_IMPL's comma-separated items in order, as views into s (forced_impl reads them on
+// every op call, so nothing is copied), each with its entry; f(item, entry) returns true
+// to stop.
+template <class F>
+void each_impl_item(std::string_view s, F&& f) {
+  for (size_t pos = 0; pos <= s.size();) {
+    size_t end = s.find(',', pos);
+    if (end == std::string_view::npos) end = s.size();
+    const std::string_view item = s.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t eq = item.find('=');
+    const bool entry = eq != std::string_view::npos && eq > 0 && eq + 1 < item.size();
+    if (f(item, entry ? ImplEntry{item.substr(0, eq), item.substr(eq + 1)} : ImplEntry{})) return;
+  }
+}
+
 // Registers an op's selection query so optx::selected_impl() and `optx info` can see it.
 void register_op(const std::string& op, std::string (*selected)());
 

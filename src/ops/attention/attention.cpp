@@ -645,8 +645,12 @@ double pool_makespan(const DecodeJobs& d, int64_t splits, double* free_at, int T
   return *std::max_element(free_at, free_at + T);
 }
 
+// Where the even rule applies: several threads, at most kEvenMaxThreads, and few jobs
+// (with many, the tail is a small share).
+bool even_rule_applies(int64_t jobs, int T) { return T >= 2 && T <= kEvenMaxThreads && jobs <= 8 * int64_t(T); }
+
 int64_t even_splits(const DecodeJobs& d, int64_t jobs, int T) {
-  if (T < 2 || T > kEvenMaxThreads || jobs > 8 * int64_t(T)) return 1;  // many jobs: the tail is a small share
+  if (!even_rule_applies(jobs, T)) return 1;
   double free_at[kEvenMaxThreads];
   const double even = double(d.rows_total()) / T;
   for (int64_t s = 1; s < kEvenSplits; ++s)
@@ -673,13 +677,15 @@ int64_t even_split_cap(const FlashJobs& j) { return std::min(kFlashEvenSplits, j
 // serve fewer (attention.h), and the even rule is not monotone in the thread count (B = 1,
 // Sq = 4, 32 / 8 heads: three threads split further than four, whose partials outgrew a
 // thread's scratch). kv_splits grows with it, so the query takes the even rule's cap
-// wherever that rule can apply at some count up to num_threads().
+// wherever that rule applies at some count up to num_threads() (its reach grows with the
+// count up to kEvenMaxThreads).
 int64_t decode_splits(const DecodeJobs& d, int64_t max_len, bool reserve = false) {
   const int64_t jobs = d.all_heads ? d.B : d.B * d.Nkv * d.head_chunks * d.q_tiles;
   const int T = num_threads();
   const int64_t blocks = (max_len + kKvBlock - 1) / kKvBlock;
-  const bool even_can = T >= 2 && jobs <= 8 * int64_t(std::min(T, kEvenMaxThreads));  // even_splits' reach
-  const int64_t even_rule = reserve ? (even_can ? kEvenSplits : 1) : even_splits(d, jobs, T);
+  const int64_t even_rule = !reserve                                            ? even_splits(d, jobs, T)
+                            : even_rule_applies(jobs, std::min(T, kEvenMaxThreads)) ? kEvenSplits
+                                                                                     : 1;
   const int64_t even = std::min(even_rule, blocks / kMinSplitBlocks);
   return std::clamp<int64_t>(std::max(kv_splits(jobs, T, blocks), even), 1, 64);
 }

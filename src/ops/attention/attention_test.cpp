@@ -839,9 +839,9 @@ TEST(PagedDecode, WorkspaceSizedForMoreThreadsServesFewer) {
                         .block_tables = make_view(tab.data(), DType::kI32, {B, maxb}),
                         .seq_lens = make_view(lens.data(), DType::kI32, {B}), .block_size = bs, .kv_heads = Nkv,
                         .out = make_view(out.data(), DType::kBF16, {B, Sq, Nq, D})};
-    const std::vector<uint16_t> mla_q(size_t(B * Sq * Nq * 576), f32_to_bf16(0.5f));
-    std::vector<uint16_t> latent(size_t(slots * 576), f32_to_bf16(0.25f)), mla_out(size_t(B * Sq * Nq * 512));
-    MlaDecodeParams m{.q = make_view(const_cast<uint16_t*>(mla_q.data()), DType::kBF16, {B, Sq, Nq, 576}),
+    std::vector<uint16_t> mla_q(size_t(B * Sq * Nq * 576), f32_to_bf16(0.5f)), latent(size_t(slots * 576), f32_to_bf16(0.25f)),
+        mla_out(size_t(B * Sq * Nq * 512));
+    MlaDecodeParams m{.q = make_view(mla_q.data(), DType::kBF16, {B, Sq, Nq, 576}),
                       .cache = make_view(latent.data(), DType::kBF16, {slots, 576}),
                       .block_tables = p.block_tables, .seq_lens = p.seq_lens, .block_size = bs, .kv_lora_rank = 512,
                       .out = make_view(mla_out.data(), DType::kBF16, {B, Sq, Nq, 512}), .scale = 0.05f};
