@@ -96,10 +96,14 @@ void set_beside(const Context& ctx, const Beside& before, const Beside& after) {
 }
 
 void Context::add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
-                              const std::function<void()>& basic_fn, double flops, double bytes) const {
-  const auto t = time_interleaved({optx_fn, basic_fn});
+                              const std::function<void()>& basic_fn, double flops, double bytes,
+                              const std::vector<Peer>& peers) const {
+  std::vector<std::function<void()>> fns = {optx_fn, basic_fn};
+  for (const Peer& p : peers) fns.push_back(p.fn);
+  const auto t = time_interleaved(fns);
   add(optx, t[0], flops, bytes);
   add(basic, t[1], flops, bytes);
+  for (size_t i = 0; i < peers.size(); ++i) add(peers[i].record, t[i + 2], flops, bytes);
 }
 
 std::vector<Timing> Context::time_interleaved(const std::vector<std::function<void()>>& fns) const {

@@ -73,10 +73,16 @@ struct Context {
   // The copy and read rates measured around the last time_interleaved / time_blocks (0:
   // none).
   mutable double copy_beside_gbs = 0, read_beside_gbs = 0;
-  // The usual side-by-side case: optx and basic timed interleaved, both rows added with
-  // the same flops and bytes.
+  // A peer's row and the call that times it.
+  struct Peer {
+    Record record;
+    std::function<void()> fn;
+  };
+  // The usual side-by-side case: optx, basic and any peers timed interleaved, every row
+  // added with the same flops and bytes.
   void add_interleaved(const Record& optx, const std::function<void()>& optx_fn, const Record& basic,
-                       const std::function<void()>& basic_fn, double flops, double bytes) const;
+                       const std::function<void()>& basic_fn, double flops, double bytes,
+                       const std::vector<Peer>& peers = {}) const;
 };
 
 // A 64-byte aligned operand buffer, zeroed at construction so that no timed call pays

@@ -28,6 +28,7 @@
 
 #include "bench/basic_ops.h"
 #include "bench/bench.h"
+#include "bench/torch_peer.h"
 #include "numerics/quant_i8.h"
 #include "ops/attention/attention_internal.h"
 #include "optx/gemm.h"
@@ -35,6 +36,47 @@
 
 namespace optx::attn_detail {
 namespace {
+
+// A BSND view as the [B, N, S, D] view PyTorch's SDPA takes (the same memory, dims 1 and 2
+// swapped).
+TensorView bnsd(TensorView v) {
+  std::swap(v.sizes[1], v.sizes[2]);
+  std::swap(v.strides[1], v.strides[2]);
+  return v;
+}
+
+// PyTorch's scaled_dot_product_attention on flash_attention's BSND q / k / v, where the
+// peer is loaded: its row, once its output for p has matched optx's (`expect`, out's
+// dtype). It writes into p.out for that check only; the timed calls, on `next()`'s
+// operands (default: p's), drop their result.
+std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const bench::Record& optx_rec, const FlashAttentionParams& p,
+                                             const void* expect, std::function<FlashAttentionParams()> next = {}) {
+  const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
+  const int64_t sq = p.q.sizes[1], skv = p.k.sizes[1];
+  // PyTorch's is_causal masks from the top left, flash_attention from the bottom right:
+  // the same where Sq == Skv, and one query row sees every key either way.
+  if (!torch || (p.causal && sq > 1 && sq != skv)) return {};
+  const bool causal = p.causal && sq > 1;
+  const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.q.sizes[3]));
+  const std::string key = optx_rec.op + " " + optx_rec.case_;
+  auto call = [torch, causal, scale](const FlashAttentionParams& x, const TensorView& out) {
+    return torch->sdpa(bnsd(x.q), bnsd(x.k), bnsd(x.v), out, causal, scale);
+  };
+  if (const char* err = call(p, bnsd(p.out))) {
+    std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
+    return {};
+  }
+  bench::expect_agree(key, expect, p.out.data, p.out.numel(), p.out.dtype, 3e-2);
+  bench::Record r = optx_rec;
+  r.impl = "torch";
+  r.peak_bytes = 0;  // not known: PyTorch allocates inside the op
+  r.note = torch->describe("sdpa");
+  if (!next) next = [p] { return p; };
+  auto fn = [call, next, key] {
+    if (const char* err = call(next(), TensorView{})) bench::check(Status(StatusCode::kInternal, err), key);
+  };
+  return {{r, fn}};
+}
 
 void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {
   const int64_t D = 128;
@@ -98,7 +140,7 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {
   const std::vector<uint8_t> optx_out(out.as<uint8_t>(), out.as<uint8_t>() + out.bytes());
   basic_fn();
   bench::expect_agree("flash_attention " + cs, optx_out.data(), out.data(), S * H * D, dt, 3e-2);
-  ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0);
+  ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0, torch_sdpa(ctx, r, p, optx_out.data()));
 }
 
 // The logit options on the same shape (bf16, B = 1, 16 heads, D = 128, S = 4096), each
@@ -211,7 +253,12 @@ void bench_flash_decode(bench::Context& ctx, int64_t Sq, int64_t S) {
   bench::check(flash_attention(params(0), {ws.data(), ws.size()}), key);
   basic_seq(0);
   bench::expect_agree(key, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
-  ctx.add_interleaved(r, optx_call, b, [&] { basic_seq(set_b++ % copies); }, flops, kv_bytes);
+  // The peer rotates over the same copies, a quarter of them away from optx's.
+  const std::vector<uint16_t> optx_out = out;
+  int set_t = copies / 4;
+  auto peers = torch_sdpa(ctx, r, params(0), optx_out.data(), [&] { return params(set_t++ % copies); });
+  for (auto& peer : peers) peer.record.note += ", " + std::to_string(copies) + " K / V copies rotated";
+  ctx.add_interleaved(r, optx_call, b, [&] { basic_seq(set_b++ % copies); }, flops, kv_bytes, peers);
 }
 
 // `basic` decode: the composition a framework runs for one sequence whose KV sits in a

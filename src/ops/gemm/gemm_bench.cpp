@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/torch_peer.h"
 #include "ops/gemm/gemm_internal.h"
 #include "testing/rng.h"
 
@@ -165,6 +166,23 @@ void bench_square(bench::Context& ctx, bool bf16) {
     fns.push_back(std::ref(*dnn));
   }
 #endif
+  // PyTorch's torch.mm, where the peer is loaded, checked against optx's C first.
+  if (const bench::TorchPeer* torch = bench::torch_peer(ctx.threads)) {
+    const TensorView av = make_view(a.data(), t, {M, K}), bv = make_view(b.data(), t, {N, K}), cv = make_view(c.data(), t, {M, N});
+    const std::string key = "gemm " + r.case_;
+    optx();
+    const std::vector<uint8_t> optx_c(c.as<uint8_t>(), c.as<uint8_t>() + c.bytes());
+    if (const char* err = torch->linear(av, bv, cv)) {
+      std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
+    } else {
+      bench::expect_agree(key, c.data(), optx_c.data(), M * N, t, bf16 ? 1e-2 : 1e-5);
+      peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "torch", .roof = roof});
+      peers.back().note = torch->describe(bf16 ? "mm_bf16" : "mm_f32");
+      fns.push_back([torch, av, bv, cv, key] {
+        if (const char* err = torch->linear(av, bv, cv)) bench::check(Status(StatusCode::kInternal, err), key);
+      });
+    }
+  }
   run_case(ctx, r, fns, peers, flops, bytes);
 }
 

@@ -1,0 +1,57 @@
+// The PyTorch peer of `optx bench` (impl `torch`): optional, and a plugin, not a link.
+//
+// Built only with -DOPTX_TORCH_PEER=ON against an installed PyTorch (bench/torch_peer.cpp
+// becomes liboptx_torch_peer.so beside the optx binary); without it, or where the plugin
+// does not load (no PyTorch, or a CUDA build of it without its CUDA libraries), the bench
+// has no torch rows and says why on stderr. It is loaded with dlopen only when a bench
+// case asks for it, after the CLI's own OpenMP runtime is in the process, so PyTorch's
+// ATen kernels (and the MKL inside it, with GNU threading) run on the same libgomp pool as
+// optx: no second pool whose spinning workers would steal the two cores in interleaved
+// timing.
+//
+// The two sides share only this table of plain function pointers and optx::TensorView
+// (a plain struct), so the plugin links PyTorch and nothing of optx.
+#pragma once
+
+#include <string>
+
+#include "optx/tensor.h"
+
+namespace optx::bench {
+
+struct TorchPeer {
+  static constexpr int kAbi = 1;
+  int abi = kAbi;
+  const char* version = "";  // PyTorch's version string
+  // A name for each kernel path the peer's calls take (`optx bench` puts it in the
+  // row's note), e.g. "torch 2.15.0 mm (MKL)".
+  const char* (*describe)(const char* what) = nullptr;
+  void (*set_threads)(int threads) = nullptr;
+  // Each call returns nullptr on success, else the error's text (valid until the next call).
+  //
+  // out = scaled_dot_product_attention(q, k, v) over [B, H, S, D] views (any strides; the
+  // bench passes BSND buffers as permuted views, as a model's q / k / v are), f32 or bf16,
+  // k / v with Hq / Hkv heads (GQA); causal = PyTorch's is_causal, the mask aligned to the
+  // top left (so the bench asks it only where Sq == Skv, or Sq == 1 without the flag).
+  // out may be empty: the result is computed and dropped (timing without the copy into
+  // out, which PyTorch's op does not need).
+  const char* (*sdpa)(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, bool causal,
+                      float scale) = nullptr;
+  // c [M, N] = a [M, K] . b^T, b [N, K] (nn.Linear's weights), all f32 or all bf16:
+  // torch.mm(a, b.t(), out=c), PyTorch's own choice of kernel (MKL sgemm for f32; oneDNN
+  // for bf16 where the CPU has it).
+  const char* (*linear)(const TensorView& a, const TensorView& b, const TensorView& c) = nullptr;
+};
+
+// The plugin's one export (C linkage, so dlsym finds it by this name).
+extern "C" const TorchPeer* optx_torch_peer();
+using TorchPeerEntry = const TorchPeer* (*)();
+
+// The loaded peer at `threads` threads, or nullptr (a failure to load is reported on
+// stderr, once; a bench built without the plugin is silent). Looks for the plugin at
+// $OPTX_TORCH_PEER, else beside the running executable.
+const TorchPeer* torch_peer(int threads);
+// The plugin at `path`, or nullptr with the reason on stderr (what torch_peer() uses).
+const TorchPeer* load_torch_peer(const std::string& path);
+
+}  // namespace optx::bench
