@@ -77,12 +77,22 @@ std::string& last_error() {
   static std::string e;
   return e;
 }
+std::string& last_paged_path() {
+  static std::string p = "not run yet";
+  return p;
+}
 std::string& last_sdpa_backend() {
   static std::string b = "not run yet";
   return b;
 }
 
-at::ScalarType scalar_type(DType t) { return t == DType::kBF16 ? at::kBFloat16 : at::kFloat; }
+at::ScalarType scalar_type(DType t) {
+  switch (t) {
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kI32: return at::kInt;
+    default: return at::kFloat;  // the bench passes f32, bf16 and i32 only
+  }
+}
 
 at::Tensor wrap(const TensorView& v) {
   return at::from_blob(v.data, at::IntArrayRef(v.sizes, size_t(v.rank)), at::IntArrayRef(v.strides, size_t(v.rank)),
@@ -115,6 +125,46 @@ const char* sdpa(const TensorView& q, const TensorView& k, const TensorView& v, 
   });
 }
 
+// One new token per sequence. The sequence's blocks are gathered whole (index_select of
+// [block_size, Hkv, D] blocks), and each query head group shares its KV head, so the
+// group's heads fold into the query rows of that head (q [1, Hkv, G, D], no GQA
+// broadcast; PyTorch's own enable_gqa path ran 1.3x slower here). D == Dv takes SDPA (its
+// flash kernel). MLA's 576 / 512 is outside that kernel, and SDPA's math path upcasts to
+// f32 (ctx 8k: 13 ms), so it runs as DeepSeek's reference code writes absorbed MLA,
+// scores = q . latent^T in bf16, softmax in f32 back to bf16, out = P . latent[:, :Dv],
+// on 2-D mm per KV head: per-row gathers and batched 3-D matmul (whose path for these
+// shapes ran the scores ~20x slower at ctx 32k) had MLA ctx 8k at 6.4 ms, this 3.1.
+const char* paged_sdpa(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache, const TensorView& block_tables,
+                       const TensorView& seq_lens, int64_t block_size, const TensorView& out, float scale) {
+  return guarded([&] {
+    const at::Tensor tq = wrap(q), tables = wrap(block_tables), lens = wrap(seq_lens);
+    const int64_t hkv = k_cache.sizes[1], group = q.sizes[2] / hkv, dv = v_cache.sizes[2];
+    const at::Tensor kb = wrap(k_cache).view({-1, block_size, hkv, k_cache.sizes[2]});
+    const at::Tensor vb = wrap(v_cache).view({-1, block_size, hkv, dv});
+    const bool same_dims = k_cache.sizes[2] == dv;
+    last_paged_path() = same_dims ? "scaled_dot_product_attention" : "bf16 mm, f32 softmax, mm (DeepSeek's absorbed MLA)";
+    for (int64_t b = 0; b < q.sizes[0]; ++b) {
+      const int64_t n = lens[b].item<int64_t>(), blocks = (n + block_size - 1) / block_size;
+      const at::Tensor ids = tables[b].slice(0, 0, blocks).to(at::kLong);
+      const at::Tensor k = kb.index_select(0, ids).flatten(0, 1).slice(0, 0, n).transpose(0, 1);  // [Hkv, n, D]
+      const at::Tensor v = vb.index_select(0, ids).flatten(0, 1).slice(0, 0, n).transpose(0, 1);
+      const at::Tensor qb = tq[b][0].view({hkv, group, q.sizes[3]});  // [Hkv, G, D]
+      at::Tensor o;
+      if (same_dims) {
+        o = at::scaled_dot_product_attention(qb.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0, false, double(scale))[0];
+      } else {
+        std::vector<at::Tensor> heads;
+        for (int64_t h = 0; h < hkv; ++h) {
+          const at::Tensor p = (at::mm(qb[h], k[h].t()) * scale).softmax(-1, at::kFloat).to(qb.scalar_type());
+          heads.push_back(at::mm(p, v[h]));
+        }
+        o = at::stack(heads);
+      }
+      if (out.data) wrap(out)[b][0].copy_(o.reshape({q.sizes[2], dv}));
+    }
+  });
+}
+
 const char* linear(const TensorView& a, const TensorView& b, const TensorView& c) {
   return guarded([&] {
     at::Tensor tc = wrap(c);
@@ -126,6 +176,7 @@ const char* describe(const char* what) {
   static std::string s;
   s = std::string("torch ") + TORCH_VERSION;
   if (std::string(what) == "sdpa") s += " scaled_dot_product_attention (" + last_sdpa_backend() + " kernel)";
+  if (std::string(what) == "paged_sdpa") s += " per sequence: index_select gather, " + last_paged_path();
   if (std::string(what) == "mm_f32") s += at::hasMKL() ? " mm (MKL)" : " mm";
   if (std::string(what) == "mm_bf16") s += at::hasMKLDNN() ? " mm (oneDNN)" : " mm";
   return s.c_str();
@@ -139,7 +190,7 @@ extern "C" const TorchPeer* optx_torch_peer() {
   static const TorchPeer* peer = [] {
     static CachingAllocator alloc;
     c10::SetCPUAllocator(&alloc, /*priority=*/1);  // above the default allocator's 0
-    static const TorchPeer p{.version = TORCH_VERSION, .describe = describe, .set_threads = set_threads, .sdpa = sdpa, .linear = linear};
+    static const TorchPeer p{.version = TORCH_VERSION, .describe = describe, .set_threads = set_threads, .sdpa = sdpa, .paged_sdpa = paged_sdpa, .linear = linear};
     return &p;
   }();
   return peer;

@@ -20,7 +20,7 @@
 namespace optx::bench {
 
 struct TorchPeer {
-  static constexpr int kAbi = 1;
+  static constexpr int kAbi = 2;
   int abi = kAbi;
   const char* version = "";  // PyTorch's version string
   // A name for each kernel path the peer's calls take (`optx bench` puts it in the
@@ -37,6 +37,16 @@ struct TorchPeer {
   // out, which PyTorch's op does not need).
   const char* (*sdpa)(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, bool causal,
                       float scale) = nullptr;
+  // Decode over a paged cache as a PyTorch model without a fused kernel runs it: for each
+  // sequence b, its first seq_lens[b] slots' K / V rows gathered with index_select (slot
+  // = block_tables[b, i / block_size] * block_size + i % block_size), then attention of
+  // its one new token's heads over them (torch_peer.cpp says how). q [B, 1, Hq, D];
+  // k_cache [slots, Hkv, D], v_cache [slots, Hkv, Dv] views (MLA: both the latent rows, V
+  // as their first Dv columns); block_tables [B, max_blocks] and seq_lens [B] i32; out
+  // [B, 1, Hq, Dv] or empty, as sdpa's.
+  const char* (*paged_sdpa)(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                            const TensorView& block_tables, const TensorView& seq_lens, int64_t block_size,
+                            const TensorView& out, float scale) = nullptr;
   // c [M, N] = a [M, K] . b^T, b [N, K] (nn.Linear's weights), all f32 or all bf16:
   // torch.mm(a, b.t(), out=c), PyTorch's own choice of kernel (MKL sgemm for f32; oneDNN
   // for bf16 where the CPU has it).

@@ -78,6 +78,39 @@ std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const be
   return {{r, fn}};
 }
 
+// The decode benches' PyTorch row (TorchPeer::paged_sdpa: index_select gather + SDPA per
+// sequence) on one new token, where the peer is loaded and agrees with optx's output
+// (`expect`). The views are paged_sdpa's; tables(c) gives cache copy c's block tables, and
+// the timed calls rotate over `copies` copies from `first` on.
+struct PagedViews {
+  TensorView q, k_cache, v_cache, lens, out;
+  int64_t block_size;
+  float scale;
+};
+std::vector<bench::Context::Peer> torch_paged(const bench::Context& ctx, const bench::Record& optx_rec, const PagedViews& pv,
+                                              std::function<TensorView(int)> tables, int copies, int first, const void* expect) {
+  const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
+  if (!torch || pv.q.sizes[1] != 1) return {};
+  const std::string key = optx_rec.op + " " + optx_rec.case_;
+  auto call = [torch, pv, tables](int c, const TensorView& out) {
+    return torch->paged_sdpa(pv.q, pv.k_cache, pv.v_cache, tables(c), pv.lens, pv.block_size, out, pv.scale);
+  };
+  if (const char* err = call(0, pv.out)) {
+    std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
+    return {};
+  }
+  bench::expect_agree(key, expect, pv.out.data, pv.out.numel(), pv.out.dtype, 3e-2);
+  bench::Record r = optx_rec;
+  r.impl = "torch";
+  r.peak_bytes = 0;  // not known: PyTorch allocates inside the op
+  r.note = std::string(torch->describe("paged_sdpa")) + ", " + std::to_string(copies) + " cache copies rotated";
+  auto set = std::make_shared<int>(first);
+  auto fn = [call, set, copies, key] {
+    if (const char* err = call((*set)++ % copies, TensorView{})) bench::check(Status(StatusCode::kInternal, err), key);
+  };
+  return {{r, fn}};
+}
+
 void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {
   const int64_t D = 128;
   const bool f32 = dt == DType::kF32;
@@ -420,18 +453,29 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
     bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   };
   agree(false, key);
+  const std::vector<uint16_t> optx_out = out;
   if (with_i8) agree(true, key8);
+  const PagedViews pv{.q = make_view(q.data(), DType::kBF16, {B, Sq, Hq, D}),
+                      .k_cache = make_view(kc.data(), DType::kBF16, {slots, Hkv, D}),
+                      .v_cache = make_view(vc.data(), DType::kBF16, {slots, Hkv, Dv}),
+                      .lens = make_view(lens.data(), DType::kI32, {B}),
+                      .out = make_view(out.data(), DType::kBF16, {B, Sq, Hq, Dv}), .block_size = bs, .scale = 1.0f / std::sqrt(float(D))};
+  const auto peers = torch_paged(
+      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}); }, copies, copies / 4,
+      optx_out.data());
   if (!with_i8) {
-    ctx.add_interleaved(r, bf16_call, b, basic_call, flops, kv_bytes);
+    ctx.add_interleaved(r, bf16_call, b, basic_call, flops, kv_bytes, peers);
     return;
   }
   int set_b8 = copies / 2;
   bench::Record b8{.op = op, .case_ = r8.case_, .impl = "basic", .roof = bench::Roof::kMemory};
   b8.peak_bytes = basic.bytes();
   b8.note = "as the bf16 cache's basic, the rows dequantised to bf16 while gathered";
-  const auto tm = ctx.time_interleaved({bf16_call,
-                                        [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
-                                        basic_call, [&] { basic_seqs(true, set_b8++ % copies); }});
+  std::vector<std::function<void()>> fns = {bf16_call,
+                                             [&] { bench::check(paged_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
+                                             basic_call, [&] { basic_seqs(true, set_b8++ % copies); }};
+  for (const auto& peer : peers) fns.push_back(peer.fn);
+  const auto tm = ctx.time_interleaved(fns);
   char ratio[64];
   std::snprintf(ratio, sizeof(ratio), "; i8 %.2fx the bf16 cache's tokens/s", tm[0].median_ms / tm[1].median_ms);
   r8.note = note + ratio;
@@ -439,6 +483,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
   ctx.add(r8, tm[1], flops, i8_bytes);
   ctx.add(b, tm[2], flops, kv_bytes);
   ctx.add(b8, tm[3], flops, i8_bytes);
+  for (size_t i = 0; i < peers.size(); ++i) ctx.add(peers[i].record, tm[4 + i], flops, kv_bytes);
 }
 
 // MLA decode, 16 heads, latent 512 + 64, one sequence: the bf16 cache and the i8 layout
@@ -518,17 +563,30 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
     basic_call(i8, 0);
     bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   }
+  // PyTorch on the bf16 latent: K the whole rows, V their first Dv columns.
+  bench::check(mla_decode_attention(params(false, 0), {ws.data(), ws.size()}), key);
+  const std::vector<uint16_t> optx_out = out;
+  const PagedViews pv{.q = make_view(q.data(), DType::kBF16, {1, Sq, H, D}),
+                      .k_cache = make_view(kc.data(), DType::kBF16, {slots, 1, D}),
+                      .v_cache = make_view(kc.data(), DType::kBF16, {slots, 1, Dv}, {D, D, 1}),
+                      .lens = make_view(lens.data(), DType::kI32, {1}),
+                      .out = make_view(out.data(), DType::kBF16, {1, Sq, H, Dv}), .block_size = bs, .scale = kScale};
+  const auto peers = torch_paged(
+      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}); }, copies, copies / 4,
+      optx_out.data());
   const auto bf16_call = [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
   if (!with_i8) {
-    ctx.add_interleaved(r, bf16_call, b, [&] { basic_call(false, set_b++ % copies); }, flops, bf16_bytes);
+    ctx.add_interleaved(r, bf16_call, b, [&] { basic_call(false, set_b++ % copies); }, flops, bf16_bytes, peers);
     return;
   }
-  const auto tm = ctx.time_interleaved({
+  std::vector<std::function<void()>> fns = {
       bf16_call,
       [&] { bench::check(mla_decode_attention(params(true, set8++ % copies), {ws.data(), ws.size()}), key8); },
       [&] { basic_call(false, set_b++ % copies); },
       [&] { basic_call(true, set_b8++ % copies); },
-  });
+  };
+  for (const auto& peer : peers) fns.push_back(peer.fn);
+  const auto tm = ctx.time_interleaved(fns);
   char note[96];
   std::snprintf(note, sizeof(note), ", %d cache copies rotated; i8 %.2fx the bf16 cache's tokens/s", copies, tm[0].median_ms / tm[1].median_ms);
   r8.note = std::string(selected_impl(op)) + note;
@@ -536,6 +594,7 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
   ctx.add(r8, tm[1], flops, i8_bytes);
   ctx.add(b, tm[2], flops, bf16_bytes);
   ctx.add(b8, tm[3], flops, i8_bytes);
+  for (size_t i = 0; i < peers.size(); ++i) ctx.add(peers[i].record, tm[4 + i], flops, bf16_bytes);
 }
 
 void bench_attention(bench::Context& ctx) {
