@@ -165,6 +165,38 @@ const char* paged_sdpa(const TensorView& q, const TensorView& k_cache, const Ten
   });
 }
 
+// DeepSeek's Expert / MLP: w2(silu(w1(x)) * w3(x)), w1 and w3 stacked as gate_up.
+at::Tensor swiglu_mlp(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down) {
+  const at::Tensor gu = at::linear(x, gate_up);
+  const int64_t inter = gate_up.size(0) / 2;
+  return at::linear(at::silu(gu.slice(1, 0, inter)) * gu.slice(1, inter), down);
+}
+
+const char* moe(const TensorView& x, const TensorView& router, const TensorView& bias, int64_t top_k, const TensorView& gate_up,
+                const TensorView& down, const TensorView& shared_gate_up, const TensorView& shared_down, const TensorView& out) {
+  return guarded([&] {
+    const at::Tensor tx = wrap(x), wgu = wrap(gate_up), wdn = wrap(down);
+    const at::Tensor scores = at::linear(tx.to(at::kFloat), wrap(router)).softmax(-1);
+    const at::Tensor ids = std::get<1>((bias.data ? scores + wrap(bias) : scores).topk(top_k, -1));
+    const at::Tensor weights = scores.gather(1, ids);
+    const int64_t experts = gate_up.sizes[0];
+    const at::Tensor counts = at::bincount(ids.flatten(), {}, experts);
+    const int64_t* count = counts.data_ptr<int64_t>();
+    // The routed experts' sum in f32 (DeepSeek's reference adds in the activations' bf16;
+    // f32 keeps the comparison with optx's f32 finalize tight and costs nothing visible).
+    at::Tensor y = at::zeros({x.sizes[0], x.sizes[1]}, at::kFloat);
+    for (int64_t e = 0; e < experts; ++e) {
+      if (count[e] == 0) continue;
+      const std::vector<at::Tensor> where = at::where(ids == e);  // token, slot
+      const at::Tensor ye = swiglu_mlp(tx.index_select(0, where[0]), wgu[e], wdn[e]);
+      y.index_add_(0, where[0], ye.to(at::kFloat) * weights.index({where[0], where[1]}).unsqueeze(1));
+    }
+    if (shared_gate_up.data) y += swiglu_mlp(tx, wrap(shared_gate_up), wrap(shared_down)).to(at::kFloat);
+    const at::Tensor o = y.to(tx.scalar_type());
+    if (out.data) wrap(out).copy_(o);
+  });
+}
+
 const char* linear(const TensorView& a, const TensorView& b, const TensorView& c) {
   return guarded([&] {
     at::Tensor tc = wrap(c);
@@ -177,6 +209,7 @@ const char* describe(const char* what) {
   s = std::string("torch ") + TORCH_VERSION;
   if (std::string(what) == "sdpa") s += " scaled_dot_product_attention (" + last_sdpa_backend() + " kernel)";
   if (std::string(what) == "paged_sdpa") s += " per sequence: index_select gather, " + last_paged_path();
+  if (std::string(what) == "moe") s += " DeepSeek's reference MoE: f32 router, topk, loop over experts (linear, silu, index_add), shared MLP";
   if (std::string(what) == "mm_f32") s += at::hasMKL() ? " mm (MKL)" : " mm";
   if (std::string(what) == "mm_bf16") s += at::hasMKLDNN() ? " mm (oneDNN)" : " mm";
   return s.c_str();
@@ -190,7 +223,7 @@ extern "C" const TorchPeer* optx_torch_peer() {
   static const TorchPeer* peer = [] {
     static CachingAllocator alloc;
     c10::SetCPUAllocator(&alloc, /*priority=*/1);  // above the default allocator's 0
-    static const TorchPeer p{.version = TORCH_VERSION, .describe = describe, .set_threads = set_threads, .sdpa = sdpa, .paged_sdpa = paged_sdpa, .linear = linear};
+    static const TorchPeer p{.version = TORCH_VERSION, .describe = describe, .set_threads = set_threads, .sdpa = sdpa, .paged_sdpa = paged_sdpa, .moe = moe, .linear = linear};
     return &p;
   }();
   return peer;

@@ -20,7 +20,7 @@
 namespace optx::bench {
 
 struct TorchPeer {
-  static constexpr int kAbi = 2;
+  static constexpr int kAbi = 3;
   int abi = kAbi;
   const char* version = "";  // PyTorch's version string
   // A name for each kernel path the peer's calls take (`optx bench` puts it in the
@@ -47,6 +47,16 @@ struct TorchPeer {
   const char* (*paged_sdpa)(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                             const TensorView& block_tables, const TensorView& seq_lens, int64_t block_size,
                             const TensorView& out, float scale) = nullptr;
+  // A DeepSeek MoE layer as DeepSeek's PyTorch reference (its model.py) writes it, on x
+  // [T, H] bf16: scores = softmax(x . router^T) in f32 (router [E, H] f32); top_k experts
+  // by score + bias (bias [E] f32, may be empty), weights = their scores; then for each
+  // expert with tokens, its rows gathered, y = down(silu(gate) * up) (gate_up [E, 2I, H]
+  // with gate in the first I rows, down [E, H, I], bf16), added into the output by
+  // index_add weighted; plus the shared experts' MLP (shared_gate_up [2 I_s, H],
+  // shared_down [H, I_s]) over every token. out [T, H] bf16, or empty, as sdpa's.
+  const char* (*moe)(const TensorView& x, const TensorView& router, const TensorView& bias, int64_t top_k,
+                     const TensorView& gate_up, const TensorView& down, const TensorView& shared_gate_up,
+                     const TensorView& shared_down, const TensorView& out) = nullptr;
   // c [M, N] = a [M, K] . b^T, b [N, K] (nn.Linear's weights), all f32 or all bf16:
   // torch.mm(a, b.t(), out=c), PyTorch's own choice of kernel (MKL sgemm for f32; oneDNN
   // for bf16 where the CPU has it).

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "bench/basic_ops.h"
 #include "bench/bench.h"
+#include "bench/torch_peer.h"
 #include "optx/moe.h"
 #include "testing/rng.h"
 
@@ -29,9 +32,11 @@ constexpr int64_t kH = 2048, kE = 64, kI = 1408, kK = 6, kIs = 2816;
 struct Model {
   PackedWeights gate_up, down, sgu, sdn, router_packed;
   std::vector<float> router, uniform_bias, zipf_bias;
+  // The weights as given (the four matrices share these values): the PyTorch peer's.
+  std::vector<uint16_t> w;
   Model() {
     testing::Rng rng(7);
-    std::vector<uint16_t> w(static_cast<size_t>(kE * 2 * kI * kH));
+    w.resize(static_cast<size_t>(kE * 2 * kI * kH));
     testing::fill_bf16(w.data(), int64_t(w.size()), rng, -0.02f, 0.02f);
     bench::check(pack_weights({.w = make_view(w.data(), DType::kBF16, {kE, 2 * kI, kH})}, &gate_up));
     bench::check(pack_weights({.w = make_view(w.data(), DType::kBF16, {kE, kH, kI})}, &down));
@@ -151,7 +156,27 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   const std::vector<uint16_t> optx_out = out;
   basic_set(0);
   bench::expect_agree("moe_forward " + cs, optx_out.data(), out.data(), T * kH, DType::kBF16, 3e-2);
-  const auto tm = ctx.time_interleaved({optx_fn, basic_fn});
+  std::vector<std::function<void()>> fns = {optx_fn, basic_fn};
+  // PyTorch, DeepSeek's reference layer, on the plain weights, a quarter of the sets away.
+  const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
+  int tset = kSets / 4;
+  auto torch_set = [&](int s, const TensorView& o) {
+    return torch->moe(make_view(x[size_t(s)].data(), DType::kBF16, {T, kH}), make_view(m.router.data(), DType::kF32, {kE, kH}), bias, kK,
+                      make_view(m.w.data(), DType::kBF16, {kE, 2 * kI, kH}), make_view(m.w.data(), DType::kBF16, {kE, kH, kI}),
+                      make_view(m.w.data(), DType::kBF16, {2 * kIs, kH}), make_view(m.w.data(), DType::kBF16, {kH, kIs}), o);
+  };
+  if (torch) {
+    if (const char* err = torch_set(0, p.out)) {
+      std::fprintf(stderr, "optx bench: moe_forward %s: torch: %s; no torch row\n", cs.c_str(), err);
+      torch = nullptr;
+    } else {
+      bench::expect_agree("moe_forward " + cs, optx_out.data(), out.data(), T * kH, DType::kBF16, 3e-2);
+      fns.push_back([&] {
+        if (const char* err = torch_set(tset++ % kSets, TensorView{})) bench::check(Status(StatusCode::kInternal, err), "moe_forward " + cs);
+      });
+    }
+  }
+  const auto tm = ctx.time_interleaved(fns);
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
   // One more call with schedule accounting (not timed): each thread's busy share of the
   // grouped GEMMs' wall time; the gap to 100% is the imbalance the queue leaves.
@@ -170,6 +195,11 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   b.note = "router GEMM + top-k, then per expert: gather, GEMM, SwiGLU, GEMM, scatter-add";
   ctx.add(r, tm[0], flops, bytes);
   ctx.add(b, tm[1], flops, bytes);
+  if (torch) {
+    bench::Record t{.op = "moe_forward", .case_ = cs, .impl = "torch", .roof = bench::Roof::kBF16};
+    t.note = torch->describe("moe");
+    ctx.add(t, tm[2], flops, bytes);
+  }
 }
 
 void bench_moe(bench::Context& ctx) {
