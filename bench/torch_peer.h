@@ -20,13 +20,17 @@
 namespace optx::bench {
 
 struct TorchPeer {
-  static constexpr int kAbi = 3;
+  static constexpr int kAbi = 4;
   int abi = kAbi;
   const char* version = "";  // PyTorch's version string
   // A name for each kernel path the peer's calls take (`optx bench` puts it in the
   // row's note), e.g. "torch 2.15.0 mm (MKL)".
   const char* (*describe)(const char* what) = nullptr;
   void (*set_threads)(int threads) = nullptr;
+  // The most bytes PyTorch held in tensors at once since the last call with reset (its
+  // CPU allocations all go through the plugin's allocator): a call's peak extra memory,
+  // its output included.
+  size_t (*peak_bytes)(bool reset) = nullptr;
   // Each call returns nullptr on success, else the error's text (valid until the next call).
   //
   // out = scaled_dot_product_attention(q, k, v) over [B, H, S, D] views (any strides; the

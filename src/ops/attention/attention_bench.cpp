@@ -45,6 +45,12 @@ TensorView bnsd(TensorView v) {
   return v;
 }
 
+// The torch rows' peak_bytes: what PyTorch held at once during the checked call beyond
+// the output it returns (optx's rows count their workspace, beyond inputs and output).
+double torch_extra_bytes(const bench::TorchPeer& torch, const TensorView& out) {
+  return std::max(0.0, double(torch.peak_bytes(false)) - double(out.numel()) * double(dtype_size(out.dtype)));
+}
+
 // PyTorch's scaled_dot_product_attention on flash_attention's BSND q / k / v, where the
 // peer is loaded: its row, once its output for p has matched optx's (`expect`, out's
 // dtype). It writes into p.out for that check only; the timed calls, on `next()`'s
@@ -62,6 +68,7 @@ std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const be
   auto call = [torch, causal, scale](const FlashAttentionParams& x, const TensorView& out) {
     return torch->sdpa(bnsd(x.q), bnsd(x.k), bnsd(x.v), out, causal, scale);
   };
+  torch->peak_bytes(true);
   if (const char* err = call(p, bnsd(p.out))) {
     std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
     return {};
@@ -69,7 +76,7 @@ std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const be
   bench::expect_agree(key, expect, p.out.data, p.out.numel(), p.out.dtype, 3e-2);
   bench::Record r = optx_rec;
   r.impl = "torch";
-  r.peak_bytes = 0;  // not known: PyTorch allocates inside the op
+  r.peak_bytes = torch_extra_bytes(*torch, p.out);
   r.note = torch->describe("sdpa");
   if (!next) next = [p] { return p; };
   auto fn = [call, next, key] {
@@ -95,6 +102,7 @@ std::vector<bench::Context::Peer> torch_paged(const bench::Context& ctx, const b
   auto call = [torch, pv, tables](int c, const TensorView& out) {
     return torch->paged_sdpa(pv.q, pv.k_cache, pv.v_cache, tables(c), pv.lens, pv.block_size, out, pv.scale);
   };
+  torch->peak_bytes(true);
   if (const char* err = call(0, pv.out)) {
     std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
     return {};
@@ -102,7 +110,7 @@ std::vector<bench::Context::Peer> torch_paged(const bench::Context& ctx, const b
   bench::expect_agree(key, expect, pv.out.data, pv.out.numel(), pv.out.dtype, 3e-2);
   bench::Record r = optx_rec;
   r.impl = "torch";
-  r.peak_bytes = 0;  // not known: PyTorch allocates inside the op
+  r.peak_bytes = torch_extra_bytes(*torch, pv.out);
   r.note = std::string(torch->describe("paged_sdpa")) + ", " + std::to_string(copies) + " cache copies rotated";
   auto set = std::make_shared<int>(first);
   auto fn = [call, set, copies, key] {

@@ -172,12 +172,14 @@ void bench_square(bench::Context& ctx, bool bf16) {
     const std::string key = "gemm " + r.case_;
     optx();
     const std::vector<uint8_t> optx_c(c.as<uint8_t>(), c.as<uint8_t>() + c.bytes());
+    torch->peak_bytes(true);
     if (const char* err = torch->linear(av, bv, cv)) {
       std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
     } else {
       bench::expect_agree(key, c.data(), optx_c.data(), M * N, t, bf16 ? 1e-2 : 1e-5);
       peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "torch", .roof = roof});
       peers.back().note = torch->describe(bf16 ? "mm_bf16" : "mm_f32");
+      peers.back().peak_bytes = double(torch->peak_bytes(false));  // tensors PyTorch made (mm_out writes C in place)
       fns.push_back([torch, av, bv, cv, key] {
         if (const char* err = torch->linear(av, bv, cv)) bench::check(Status(StatusCode::kInternal, err), key);
       });

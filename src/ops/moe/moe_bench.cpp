@@ -165,8 +165,12 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
                       make_view(m.w.data(), DType::kBF16, {kE, 2 * kI, kH}), make_view(m.w.data(), DType::kBF16, {kE, kH, kI}),
                       make_view(m.w.data(), DType::kBF16, {2 * kIs, kH}), make_view(m.w.data(), DType::kBF16, {kH, kIs}), o);
   };
+  double torch_peak = 0;
   if (torch) {
-    if (const char* err = torch_set(0, p.out)) {
+    torch->peak_bytes(true);
+    const char* err = torch_set(0, p.out);
+    torch_peak = std::max(0.0, double(torch->peak_bytes(false)) - double(T * kH * 2));  // beyond its output, as optx's workspace
+    if (err) {
       std::fprintf(stderr, "optx bench: moe_forward %s: torch: %s; no torch row\n", cs.c_str(), err);
       torch = nullptr;
     } else {
@@ -198,6 +202,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   if (torch) {
     bench::Record t{.op = "moe_forward", .case_ = cs, .impl = "torch", .roof = bench::Roof::kBF16};
     t.note = torch->describe("moe");
+    t.peak_bytes = torch_peak;
     ctx.add(t, tm[2], flops, bytes);
   }
 }
