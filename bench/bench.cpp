@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 
+#include "bench/torch_peer.h"
 #include "optx/runtime.h"
 
 #ifdef OPTX_HAVE_OPENBLAS
@@ -477,6 +480,29 @@ Buffer::Buffer(size_t bytes) : p_(aligned_alloc_bytes(bytes)), bytes_(bytes) {
   if (p_) std::memset(p_, 0, bytes);
 }
 Buffer::~Buffer() { aligned_free(p_); }
+
+std::vector<Context::Peer> torch_row(const TorchPeer& torch, const Record& optx_rec, const char* what,
+                                     std::function<const char*(int call, const TensorView& out)> run, const TensorView& out,
+                                     const void* expect, double rel_tol, bool in_place) {
+  const std::string key = optx_rec.op + " " + optx_rec.case_;
+  torch.peak_bytes(true);
+  if (const char* err = run(0, out)) {
+    std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
+    return {};
+  }
+  expect_agree(key, expect, out.data, out.numel(), out.dtype, rel_tol);
+  Record r = optx_rec;
+  r.impl = "torch";
+  const double result = in_place ? 0.0 : double(out.numel()) * double(dtype_size(out.dtype));
+  r.peak_bytes = std::max(0.0, double(torch.peak_bytes(false)) - result);
+  r.note = torch.describe(what);
+  auto calls = std::make_shared<int>(0);
+  auto fn = [run, calls, key] {
+    if (const char* err = run(++*calls, TensorView{})) check(Status(StatusCode::kInternal, err), key);
+  };
+  return {{r, fn}};
+}
+
 
 std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, testing::Rng& rng) {
   const int64_t num_blocks = per_set * sets;

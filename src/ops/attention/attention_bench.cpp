@@ -45,16 +45,9 @@ TensorView bnsd(TensorView v) {
   return v;
 }
 
-// The torch rows' peak_bytes: what PyTorch held at once during the checked call beyond
-// the output it returns (optx's rows count their workspace, beyond inputs and output).
-double torch_extra_bytes(const bench::TorchPeer& torch, const TensorView& out) {
-  return std::max(0.0, double(torch.peak_bytes(false)) - double(out.numel()) * double(dtype_size(out.dtype)));
-}
-
 // PyTorch's scaled_dot_product_attention on flash_attention's BSND q / k / v, where the
-// peer is loaded: its row, once its output for p has matched optx's (`expect`, out's
-// dtype). It writes into p.out for that check only; the timed calls, on `next()`'s
-// operands (default: p's), drop their result.
+// peer is loaded (bench::torch_row: checked on p against optx's `expect`); the timed calls
+// run on `next()`'s operands (default: p's).
 std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const bench::Record& optx_rec, const FlashAttentionParams& p,
                                              const void* expect, std::function<FlashAttentionParams()> next = {}) {
   const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
@@ -64,31 +57,19 @@ std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const be
   if (!torch || (p.causal && sq > 1 && sq != skv)) return {};
   const bool causal = p.causal && sq > 1;
   const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.q.sizes[3]));
-  const std::string key = optx_rec.op + " " + optx_rec.case_;
-  auto call = [torch, causal, scale](const FlashAttentionParams& x, const TensorView& out) {
+  if (!next) next = [p] { return p; };
+  auto run = [torch, causal, scale, p, next](int call, const TensorView& out) {
+    const FlashAttentionParams x = call == 0 ? p : next();
     return torch->sdpa(bnsd(x.q), bnsd(x.k), bnsd(x.v), out, causal, scale);
   };
-  torch->peak_bytes(true);
-  if (const char* err = call(p, bnsd(p.out))) {
-    std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
-    return {};
-  }
-  bench::expect_agree(key, expect, p.out.data, p.out.numel(), p.out.dtype, 3e-2);
-  bench::Record r = optx_rec;
-  r.impl = "torch";
-  r.peak_bytes = torch_extra_bytes(*torch, p.out);
-  r.note = torch->describe("sdpa");
-  if (!next) next = [p] { return p; };
-  auto fn = [call, next, key] {
-    if (const char* err = call(next(), TensorView{})) bench::check(Status(StatusCode::kInternal, err), key);
-  };
-  return {{r, fn}};
+  const TensorView out = bnsd(p.out);
+  return bench::torch_row(*torch, optx_rec, "sdpa", run, out, expect);
 }
 
-// The decode benches' PyTorch row (TorchPeer::paged_sdpa: index_select gather + SDPA per
-// sequence) on one new token, where the peer is loaded and agrees with optx's output
-// (`expect`). The views are paged_sdpa's; tables(c) gives cache copy c's block tables, and
-// the timed calls rotate over `copies` copies from `first` on.
+// The decode benches' PyTorch row (TorchPeer::paged_sdpa: gather + attention per
+// sequence) on one new token, where the peer is loaded. The views are paged_sdpa's;
+// tables(c) gives cache copy c's block tables: the checked call reads copy 0, the timed
+// ones rotate over `copies` copies from `first` on.
 struct PagedViews {
   TensorView q, k_cache, v_cache, lens, out;
   int64_t block_size;
@@ -98,25 +79,13 @@ std::vector<bench::Context::Peer> torch_paged(const bench::Context& ctx, const b
                                               std::function<TensorView(int)> tables, int copies, int first, const void* expect) {
   const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
   if (!torch || pv.q.sizes[1] != 1) return {};
-  const std::string key = optx_rec.op + " " + optx_rec.case_;
-  auto call = [torch, pv, tables](int c, const TensorView& out) {
+  auto run = [torch, pv, tables, copies, first](int call, const TensorView& out) {
+    const int c = call == 0 ? 0 : (first + call - 1) % copies;
     return torch->paged_sdpa(pv.q, pv.k_cache, pv.v_cache, tables(c), pv.lens, pv.block_size, out, pv.scale);
   };
-  torch->peak_bytes(true);
-  if (const char* err = call(0, pv.out)) {
-    std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
-    return {};
-  }
-  bench::expect_agree(key, expect, pv.out.data, pv.out.numel(), pv.out.dtype, 3e-2);
-  bench::Record r = optx_rec;
-  r.impl = "torch";
-  r.peak_bytes = torch_extra_bytes(*torch, pv.out);
-  r.note = std::string(torch->describe("paged_sdpa")) + ", " + std::to_string(copies) + " cache copies rotated";
-  auto set = std::make_shared<int>(first);
-  auto fn = [call, set, copies, key] {
-    if (const char* err = call((*set)++ % copies, TensorView{})) bench::check(Status(StatusCode::kInternal, err), key);
-  };
-  return {{r, fn}};
+  auto peers = bench::torch_row(*torch, optx_rec, "paged_sdpa", run, pv.out, expect);
+  for (auto& peer : peers) peer.record.note += ", " + std::to_string(copies) + " cache copies rotated";
+  return peers;
 }
 
 void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {

@@ -166,23 +166,15 @@ void bench_square(bench::Context& ctx, bool bf16) {
     fns.push_back(std::ref(*dnn));
   }
 #endif
-  // PyTorch's torch.mm, where the peer is loaded, checked against optx's C first.
+  // PyTorch's torch.mm, where the peer is loaded, checked against optx's C.
   if (const bench::TorchPeer* torch = bench::torch_peer(ctx.threads)) {
     const TensorView av = make_view(a.data(), t, {M, K}), bv = make_view(b.data(), t, {N, K}), cv = make_view(c.data(), t, {M, N});
-    const std::string key = "gemm " + r.case_;
     optx();
     const std::vector<uint8_t> optx_c(c.as<uint8_t>(), c.as<uint8_t>() + c.bytes());
-    torch->peak_bytes(true);
-    if (const char* err = torch->linear(av, bv, cv)) {
-      std::fprintf(stderr, "optx bench: %s: torch: %s; no torch row\n", key.c_str(), err);
-    } else {
-      bench::expect_agree(key, c.data(), optx_c.data(), M * N, t, bf16 ? 1e-2 : 1e-5);
-      peers.push_back({.op = "gemm", .case_ = r.case_, .impl = "torch", .roof = roof});
-      peers.back().note = torch->describe(bf16 ? "mm_bf16" : "mm_f32");
-      peers.back().peak_bytes = double(torch->peak_bytes(false));  // tensors PyTorch made (mm_out writes C in place)
-      fns.push_back([torch, av, bv, cv, key] {
-        if (const char* err = torch->linear(av, bv, cv)) bench::check(Status(StatusCode::kInternal, err), key);
-      });
+    auto run = [torch, av, bv, cv](int, const TensorView&) { return torch->linear(av, bv, cv); };  // C in place: nothing to drop
+    for (auto& peer : bench::torch_row(*torch, r, bf16 ? "mm_bf16" : "mm_f32", run, cv, optx_c.data(), bf16 ? 1e-2 : 1e-5, true)) {
+      peers.push_back(peer.record);
+      fns.push_back(peer.fn);
     }
   }
   run_case(ctx, r, fns, peers, flops, bytes);

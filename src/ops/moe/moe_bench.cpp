@@ -157,28 +157,19 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   basic_set(0);
   bench::expect_agree("moe_forward " + cs, optx_out.data(), out.data(), T * kH, DType::kBF16, 3e-2);
   std::vector<std::function<void()>> fns = {optx_fn, basic_fn};
-  // PyTorch, DeepSeek's reference layer, on the plain weights, a quarter of the sets away.
-  const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
-  int tset = kSets / 4;
-  auto torch_set = [&](int s, const TensorView& o) {
-    return torch->moe(make_view(x[size_t(s)].data(), DType::kBF16, {T, kH}), make_view(m.router.data(), DType::kF32, {kE, kH}), bias, kK,
-                      make_view(m.w.data(), DType::kBF16, {kE, 2 * kI, kH}), make_view(m.w.data(), DType::kBF16, {kE, kH, kI}),
-                      make_view(m.w.data(), DType::kBF16, {2 * kIs, kH}), make_view(m.w.data(), DType::kBF16, {kH, kIs}), o);
-  };
-  double torch_peak = 0;
-  if (torch) {
-    torch->peak_bytes(true);
-    const char* err = torch_set(0, p.out);
-    torch_peak = std::max(0.0, double(torch->peak_bytes(false)) - double(T * kH * 2));  // beyond its output, as optx's workspace
-    if (err) {
-      std::fprintf(stderr, "optx bench: moe_forward %s: torch: %s; no torch row\n", cs.c_str(), err);
-      torch = nullptr;
-    } else {
-      bench::expect_agree("moe_forward " + cs, optx_out.data(), out.data(), T * kH, DType::kBF16, 3e-2);
-      fns.push_back([&] {
-        if (const char* err = torch_set(tset++ % kSets, TensorView{})) bench::check(Status(StatusCode::kInternal, err), "moe_forward " + cs);
-      });
-    }
+  // PyTorch, DeepSeek's reference layer on the plain weights, where the peer is loaded:
+  // checked on set 0, timed from a quarter of the sets away.
+  std::vector<bench::Context::Peer> torch_rows;
+  if (const bench::TorchPeer* torch = bench::torch_peer(ctx.threads)) {
+    auto run = [torch, &x, &m, bias, T](int call, const TensorView& o) {
+      const int s = call == 0 ? 0 : (kSets / 4 + call - 1) % kSets;
+      return torch->moe(make_view(x[size_t(s)].data(), DType::kBF16, {T, kH}), make_view(m.router.data(), DType::kF32, {kE, kH}), bias, kK,
+                        make_view(m.w.data(), DType::kBF16, {kE, 2 * kI, kH}), make_view(m.w.data(), DType::kBF16, {kE, kH, kI}),
+                        make_view(m.w.data(), DType::kBF16, {2 * kIs, kH}), make_view(m.w.data(), DType::kBF16, {kH, kIs}), o);
+    };
+    const bench::Record optx_rec{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
+    torch_rows = bench::torch_row(*torch, optx_rec, "moe", run, p.out, optx_out.data());
+    for (const auto& peer : torch_rows) fns.push_back(peer.fn);
   }
   const auto tm = ctx.time_interleaved(fns);
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
@@ -199,12 +190,7 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   b.note = "router GEMM + top-k, then per expert: gather, GEMM, SwiGLU, GEMM, scatter-add";
   ctx.add(r, tm[0], flops, bytes);
   ctx.add(b, tm[1], flops, bytes);
-  if (torch) {
-    bench::Record t{.op = "moe_forward", .case_ = cs, .impl = "torch", .roof = bench::Roof::kBF16};
-    t.note = torch->describe("moe");
-    t.peak_bytes = torch_peak;
-    ctx.add(t, tm[2], flops, bytes);
-  }
+  for (size_t i = 0; i < torch_rows.size(); ++i) ctx.add(torch_rows[i].record, tm[2 + i], flops, bytes);
 }
 
 void bench_moe(bench::Context& ctx) {
