@@ -16,6 +16,9 @@
 // GEMM into f32 scores, softmax to bf16 P, optx's GEMM for P V; peak_bytes: its gathered
 // copies, scores, P and GEMM workspace. The i8-cache rows' basic dequantises the rows to
 // bf16 as it gathers them.
+// Where the PyTorch peer is loaded (bench/torch_peer.h), `torch` rows beside them on the
+// bf16 one-token and square cases: SDPA on the same buffers, and for the paged caches a
+// gather per sequence first (torch_sdpa, torch_paged).
 #include <omp.h>
 
 #include <algorithm>

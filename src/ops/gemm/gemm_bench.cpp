@@ -1,4 +1,5 @@
-// `optx bench` rows for gemm, side by side with OpenBLAS and oneDNN in the same run.
+// `optx bench` rows for gemm, side by side with OpenBLAS and oneDNN in the same run (and
+// PyTorch's torch.mm on the 2048^3 cases, where its peer is loaded: bench/torch_peer.h).
 //
 // Compute-bound cases (M = N = K = 2048) are judged against the FMA / bf16-dot peaks;
 // decode GEMVs (M = 1) against copy bandwidth, counting weight bytes only; M = 4

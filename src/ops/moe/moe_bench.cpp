@@ -6,6 +6,8 @@
 // experts. Routing: uniform (random router), or skewed by a per-expert selection bias
 // calibrated to Zipf (s = 1.2) loads over the expert id.
 // Bytes counted: the weights of the experts the call activates (and the shared ones).
+// Where the PyTorch peer is loaded (bench/torch_peer.h), a `torch` row: DeepSeek's
+// reference MoE layer in PyTorch on the same weights.
 #include <omp.h>
 
 #include <algorithm>
