@@ -247,8 +247,14 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     const int64_t n_next = std::max<int64_t>(0, std::min<int64_t>(kSuper, hi - kb - kSuper));
     if (n_next) fetch(kb + kSuper, n_next);
     if (rs.has_mask && masks_hide(j, kb, n)) continue;  // a superblock no row sees
-    // The next superblock's rows are prefetched a slice per tile step (SpreadPrefetch).
-    // Not in prefill (Config::kv_once): flash S = 4096 / 8192 ran 5-25% faster without them.
+    // Decode: the next superblock's rows are prefetched a slice per tile step
+    // (SpreadPrefetch). Prefill (not Config::kv_once) does without them (flash S = 4096 /
+    // 8192 ran 5-25% faster), but pulls this superblock's V rows into L2 over its score
+    // steps instead: a head's K / V are re-read from L3 by each of its jobs, and P.V's
+    // pair staging otherwise waits on V's rows there. Flash S = 4096 / 8192 (16 heads,
+    // causal, bf16, BSND), alternating call by call: 1.05-1.07x / 1.05x, one thread 1.08x;
+    // the same rows T0 level with T1, spread over fewer steps (the first group's) 0.97-0.99x,
+    // the next superblock's V instead 1.0x, and the next K during P.V on top 0.96x.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
     int64_t n_pf = n_next, a_lines = k_lines, b_lines = v_apart ? v_lines : 0;
     const void* const* pa = kn;
@@ -261,7 +267,8 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
       pa = src_lat, pb = src_rope, a_lines = lat_lines, b_lines = rope_lines;
     }
     const int64_t steps = groups * nsub * (D / 32) + Dv / 32;
-    SpreadPrefetch pf(pa, pb, a_lines, b_lines, c.kv_once ? n_pf : 0, steps);
+    SpreadPrefetch pf = c.kv_once || q8 || i8 ? SpreadPrefetch(pa, pb, a_lines, b_lines, c.kv_once ? n_pf : 0, steps)
+                                              : SpreadPrefetch(vpp, nullptr, v_lines, 0, n, groups * nsub * (D / 32));
     auto prefetch_next = [&] { pf.step(); };
     // S^T = K . Q^T, 32 keys per step over D in steps of 32.
     for (int sb = 0; q8 && sb < nsub; ++sb) {
