@@ -503,7 +503,6 @@ std::vector<Context::Peer> torch_row(const TorchPeer& torch, const Record& optx_
   return {{r, fn}};
 }
 
-
 std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, testing::Rng& rng) {
   const int64_t num_blocks = per_set * sets;
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
