@@ -134,17 +134,19 @@ size_t dram_working_set();
 // shuffled over [0, sets * per_set): rotating the sets reads a paged pool from DRAM.
 std::vector<std::vector<int32_t>> disjoint_tables(int sets, int64_t per_set, testing::Rng& rng);
 
-// A case's PyTorch row (bench/torch_peer.h), timed beside optx's: run(0, out) computes
-// PyTorch's result into out, which must match optx's `expect` (out's dtype and size, as
-// expect_agree) before the row exists; the timed calls are run(1), run(2), ... with an
-// empty out (their result dropped), so run can rotate operand copies. peak_bytes: what
-// PyTorch held at once beyond its result (optx's rows count their workspace, beyond inputs
-// and output), the result being a tensor it returned unless `in_place` (it wrote out).
-// Empty where PyTorch fails (said on stderr).
+// A case's PyTorch row (bench/torch_peer.h), timed beside optx's. run(set, out) runs
+// PyTorch on operand copy `set` of `sets`: run(0, out) writes its result into out, which
+// must match optx's `expect` (out's dtype and size, as expect_agree) before the row
+// exists; the timed calls rotate over the copies from a quarter of them on (optx's start
+// at 0, basic's half the copies away, so none reads what another just brought into cache)
+// with an empty out, their result dropped. peak_bytes: what PyTorch held at once beyond
+// its result (optx's rows count their workspace, beyond inputs and output), the result
+// being a tensor it returned unless `in_place` (it wrote out). Empty where PyTorch fails
+// (said on stderr).
 struct TorchPeer;
 std::vector<Context::Peer> torch_row(const TorchPeer& torch, const Record& optx_rec, const char* what,
-                                     std::function<const char*(int call, const TensorView& out)> run, const TensorView& out,
-                                     const void* expect, double rel_tol = 3e-2, bool in_place = false);
+                                     std::function<const char*(int set, const TensorView& out)> run, const TensorView& out,
+                                     const void* expect, int sets = 1, double rel_tol = 3e-2, bool in_place = false);
 
 // Puts peer libraries in their best configuration before anything is timed; may re-exec
 // the process (argv: the original command line).

@@ -49,44 +49,41 @@ TensorView bnsd(TensorView v) {
 }
 
 // PyTorch's scaled_dot_product_attention on flash_attention's BSND q / k / v, where the
-// peer is loaded (bench::torch_row: checked on p against optx's `expect`); the timed calls
-// run on `next()`'s operands (default: p's).
-std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const bench::Record& optx_rec, const FlashAttentionParams& p,
-                                             const void* expect, std::function<FlashAttentionParams()> next = {}) {
+// peer is loaded (bench::torch_row, checked against optx's `expect`): params(c) is the
+// call on operand copy c of `copies`.
+std::vector<bench::Context::Peer> torch_sdpa(const bench::Context& ctx, const bench::Record& optx_rec,
+                                             std::function<FlashAttentionParams(int)> params, int copies, const void* expect) {
   const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
+  const FlashAttentionParams p = params(0);
   const int64_t sq = p.q.sizes[1], skv = p.k.sizes[1];
   // PyTorch's is_causal masks from the top left, flash_attention from the bottom right:
   // the same where Sq == Skv, and one query row sees every key either way.
   if (!torch || (p.causal && sq > 1 && sq != skv)) return {};
   const bool causal = p.causal && sq > 1;
   const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(float(p.q.sizes[3]));
-  if (!next) next = [p] { return p; };
-  auto run = [torch, causal, scale, p, next](int call, const TensorView& out) {
-    const FlashAttentionParams x = call == 0 ? p : next();
+  auto run = [torch, causal, scale, params](int c, const TensorView& out) {
+    const FlashAttentionParams x = params(c);
     return torch->sdpa(bnsd(x.q), bnsd(x.k), bnsd(x.v), out, causal, scale);
   };
-  const TensorView out = bnsd(p.out);
-  return bench::torch_row(*torch, optx_rec, "sdpa", run, out, expect);
+  return bench::torch_row(*torch, optx_rec, "sdpa", run, bnsd(p.out), expect, copies);
 }
 
 // The decode benches' PyTorch row (TorchPeer::paged_sdpa: gather + attention per
 // sequence) on one new token, where the peer is loaded. The views are paged_sdpa's;
-// tables(c) gives cache copy c's block tables: the checked call reads copy 0, the timed
-// ones rotate over `copies` copies from `first` on.
+// tables(c) gives cache copy c's block tables.
 struct PagedViews {
   TensorView q, k_cache, v_cache, lens, out;
   int64_t block_size;
   float scale;
 };
 std::vector<bench::Context::Peer> torch_paged(const bench::Context& ctx, const bench::Record& optx_rec, const PagedViews& pv,
-                                              std::function<TensorView(int)> tables, int copies, int first, const void* expect) {
+                                              std::function<TensorView(int)> tables, int copies, const void* expect) {
   const bench::TorchPeer* torch = bench::torch_peer(ctx.threads);
   if (!torch || pv.q.sizes[1] != 1) return {};
-  auto run = [torch, pv, tables, copies, first](int call, const TensorView& out) {
-    const int c = call == 0 ? 0 : (first + call - 1) % copies;
+  auto run = [torch, pv, tables](int c, const TensorView& out) {
     return torch->paged_sdpa(pv.q, pv.k_cache, pv.v_cache, tables(c), pv.lens, pv.block_size, out, pv.scale);
   };
-  auto peers = bench::torch_row(*torch, optx_rec, "paged_sdpa", run, pv.out, expect);
+  auto peers = bench::torch_row(*torch, optx_rec, "paged_sdpa", run, pv.out, expect, copies);
   for (auto& peer : peers) peer.record.note += ", " + std::to_string(copies) + " cache copies rotated";
   return peers;
 }
@@ -153,7 +150,7 @@ void bench_flash(bench::Context& ctx, int64_t S, DType dt, int64_t H = 16) {
   const std::vector<uint8_t> optx_out(out.as<uint8_t>(), out.as<uint8_t>() + out.bytes());
   basic_fn();
   bench::expect_agree("flash_attention " + cs, optx_out.data(), out.data(), S * H * D, dt, 3e-2);
-  ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0, torch_sdpa(ctx, r, p, optx_out.data()));
+  ctx.add_interleaved(r, optx_fn, b, basic_fn, flops, 0, torch_sdpa(ctx, r, [p](int) { return p; }, 1, optx_out.data()));
 }
 
 // The logit options on the same shape (bf16, B = 1, 16 heads, D = 128, S = 4096), each
@@ -266,10 +263,8 @@ void bench_flash_decode(bench::Context& ctx, int64_t Sq, int64_t S) {
   bench::check(flash_attention(params(0), {ws.data(), ws.size()}), key);
   basic_seq(0);
   bench::expect_agree(key, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
-  // The peer rotates over the same copies, a quarter of them away from optx's.
   const std::vector<uint16_t> optx_out = out;
-  int set_t = copies / 4;
-  auto peers = torch_sdpa(ctx, r, params(0), optx_out.data(), [&] { return params(set_t++ % copies); });
+  auto peers = torch_sdpa(ctx, r, params, copies, optx_out.data());
   for (auto& peer : peers) peer.record.note += ", " + std::to_string(copies) + " K / V copies rotated";
   ctx.add_interleaved(r, optx_call, b, [&] { basic_seq(set_b++ % copies); }, flops, kv_bytes, peers);
 }
@@ -441,8 +436,7 @@ void bench_paged(bench::Context& ctx, int64_t B, int64_t ctx_len, bool with_i8, 
                       .lens = make_view(lens.data(), DType::kI32, {B}),
                       .out = make_view(out.data(), DType::kBF16, {B, Sq, Hq, Dv}), .block_size = bs, .scale = 1.0f / std::sqrt(float(D))};
   const auto peers = torch_paged(
-      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}); }, copies, copies / 4,
-      optx_out.data());
+      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {B, blocks_per_seq}); }, copies, optx_out.data());
   if (!with_i8) {
     ctx.add_interleaved(r, bf16_call, b, basic_call, flops, kv_bytes, peers);
     return;
@@ -535,25 +529,25 @@ void bench_mla(bench::Context& ctx, int64_t ctx_len, int64_t Sq = 1) {
     for (int64_t t = 0; t < Sq; ++t)  // new token t sees the keys up to its own position
       basic.attend(q.data() + t * H * D, H, D, 0, 0, Dv, ctx_len - Sq + 1 + t, kScale, basic_out.data() + t * H * Dv);
   };
-  // optx against basic on the same cache copy before timing (each cache kind).
+  // optx against basic on the same cache copy before timing (each cache kind); the bf16
+  // cache's output kept for the PyTorch row's check.
+  std::vector<uint16_t> optx_out;
   for (bool i8 : {false, true}) {
     if (i8 && !with_i8) break;
     const std::string& k = i8 ? key8 : key;
     bench::check(mla_decode_attention(params(i8, 0), {ws.data(), ws.size()}), k);
+    if (!i8) optx_out = out;
     basic_call(i8, 0);
     bench::expect_agree(k, out.data(), basic_out.data(), int64_t(out.size()), DType::kBF16, 3e-2);
   }
   // PyTorch on the bf16 latent: K the whole rows, V their first Dv columns.
-  bench::check(mla_decode_attention(params(false, 0), {ws.data(), ws.size()}), key);
-  const std::vector<uint16_t> optx_out = out;
   const PagedViews pv{.q = make_view(q.data(), DType::kBF16, {1, Sq, H, D}),
                       .k_cache = make_view(kc.data(), DType::kBF16, {slots, 1, D}),
                       .v_cache = make_view(kc.data(), DType::kBF16, {slots, 1, Dv}, {D, D, 1}),
                       .lens = make_view(lens.data(), DType::kI32, {1}),
                       .out = make_view(out.data(), DType::kBF16, {1, Sq, H, Dv}), .block_size = bs, .scale = kScale};
   const auto peers = torch_paged(
-      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}); }, copies, copies / 4,
-      optx_out.data());
+      ctx, r, pv, [&](int c) { return make_view(tables[size_t(c)].data(), DType::kI32, {1, blocks}); }, copies, optx_out.data());
   const auto bf16_call = [&] { bench::check(mla_decode_attention(params(false, set++ % copies), {ws.data(), ws.size()}), key); };
   if (!with_i8) {
     ctx.add_interleaved(r, bf16_call, b, [&] { basic_call(false, set_b++ % copies); }, flops, bf16_bytes, peers);

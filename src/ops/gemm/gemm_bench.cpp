@@ -173,7 +173,7 @@ void bench_square(bench::Context& ctx, bool bf16) {
     optx();
     const std::vector<uint8_t> optx_c(c.as<uint8_t>(), c.as<uint8_t>() + c.bytes());
     auto run = [torch, av, bv, cv](int, const TensorView&) { return torch->linear(av, bv, cv); };  // C in place: nothing to drop
-    for (auto& peer : bench::torch_row(*torch, r, bf16 ? "mm_bf16" : "mm_f32", run, cv, optx_c.data(), bf16 ? 1e-2 : 1e-5, true)) {
+    for (auto& peer : bench::torch_row(*torch, r, bf16 ? "mm_bf16" : "mm_f32", run, cv, optx_c.data(), 1, bf16 ? 1e-2 : 1e-5, true)) {
       peers.push_back(peer.record);
       fns.push_back(peer.fn);
     }

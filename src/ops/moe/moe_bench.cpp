@@ -162,17 +162,15 @@ void bench_case(bench::Context& ctx, Model& m, int64_t T, bool zipf) {
   bench::expect_agree("moe_forward " + cs, optx_out.data(), out.data(), T * kH, DType::kBF16, 3e-2);
   bench::Record r{.op = "moe_forward", .case_ = cs, .impl = "optx", .roof = bench::Roof::kBF16};
   std::vector<std::function<void()>> fns = {optx_fn, basic_fn};
-  // PyTorch, DeepSeek's reference layer on the plain weights, where the peer is loaded:
-  // checked on set 0, timed from a quarter of the sets away.
+  // PyTorch, DeepSeek's reference layer on the plain weights, where the peer is loaded.
   std::vector<bench::Context::Peer> torch_rows;
   if (const bench::TorchPeer* torch = bench::torch_peer(ctx.threads)) {
-    auto run = [torch, &x, &m, bias, T](int call, const TensorView& o) {
-      const int s = call == 0 ? 0 : (kSets / 4 + call - 1) % kSets;
+    auto run = [torch, &x, &m, bias, T](int s, const TensorView& o) {
       return torch->moe(make_view(x[size_t(s)].data(), DType::kBF16, {T, kH}), make_view(m.router.data(), DType::kF32, {kE, kH}), bias, kK,
                         make_view(m.w.data(), DType::kBF16, {kE, 2 * kI, kH}), make_view(m.w.data(), DType::kBF16, {kE, kH, kI}),
                         make_view(m.w.data(), DType::kBF16, {2 * kIs, kH}), make_view(m.w.data(), DType::kBF16, {kH, kIs}), o);
     };
-    torch_rows = bench::torch_row(*torch, r, "moe", run, p.out, optx_out.data());
+    torch_rows = bench::torch_row(*torch, r, "moe", run, p.out, optx_out.data(), kSets);
     for (const auto& peer : torch_rows) fns.push_back(peer.fn);
   }
   const auto tm = ctx.time_interleaved(fns);

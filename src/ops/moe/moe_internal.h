@@ -110,7 +110,6 @@ inline Status check_1d(const char* op, const TensorView& t, const char* name, in
   return Status::Ok();
 }
 
-
 // Several grouped GEMMs (each as its single-call params) as one work list on one queue:
 // no barrier between them, and the longest items of all start first. stats: the
 // schedule's accounting (the parts' own stats pointers are ignored). Workspace sizes
