@@ -13,9 +13,11 @@
 #include "numerics/online_softmax.h"
 #include "ops/attention/attention_internal.h"
 
-// AVX2 units (not the AVX-512 ones, which have their own bf16 kernels): the bf16 / f32 /
-// int8-cache tiles (OPTX_ATTN_BF16_TILES, named for the first of them).
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// Units without a bf16 dot-product instruction (AVX2, and AVX-512 without AVX512_BF16,
+// as Ice Lake; the AVX512_BF16 and AMX units have their own bf16 kernels): the bf16 / f32
+// / int8-cache tiles (OPTX_ATTN_BF16_TILES, named for the first of them), in 256-bit
+// vectors on either.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512BF16__)
 #define OPTX_ATTN_BF16_TILES 1
 #include "ops/attention/attention_avx2_bf16_inl.h"
 #include "ops/attention/attention_avx2_manyrows_inl.h"
@@ -67,7 +69,7 @@ struct DequantRow {
       uint16_t* o = reinterpret_cast<uint16_t*>(dst);
       for (int64_t d = 0; d < n; d += 8) {
         const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + d));
-        simd_type::store(o + d, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv));
+        simd::Avx2::store(o + d, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv));
       }
       if (rope_bytes) std::memcpy(dst + size_t(n) * 2, rope, rope_bytes);
       return;
