@@ -97,10 +97,18 @@ struct Plan {
 // +2% against the widening kernel's 6 + 1, so 7 rows stay there.
 inline bool strip_rows(DType bt, int64_t rows) { return rows >= 2 * kMR || (bt != DType::kF32 && rows >= kMR + 2); }
 
+// Row counts whose bf16 / int8 K blocks are widened once into an f32 panel for all row
+// slices (KernelTable::widen_panel): four slices or more. Packed N = K = 4096, 2 threads,
+// Ice Lake, alternating in one process against the in-loop widening: bf16 M = 12 / 16
+// 0.85x / 0.90x, 24 / 32 level, 48 / 96 1.10x / 1.12x, 256 1.08x, 2048^3 1.16-1.21x;
+// int8 M = 8 / 12 / 16 0.83x / 0.94x / 0.93x, 24 / 64 / 256 1.09x / 1.17x / 1.14x.
+inline bool wide_rows(DType bt, int64_t rows) { return bt != DType::kF32 && rows >= 4 * kMR; }
+
 // The workspace size does not depend on the implementation: packed A is sized as f32, or
 // as bf16 pairs for a dot-product kernel's plan (dp), whose chunks then hold twice the rows.
 // strips: the kernels run widened K blocks as 16-column strips (KernelTable::f32_strip).
-Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
+// wide: they widen bf16 K blocks into whole f32 panels (KernelTable::widen_panel).
+Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false, bool wide = false) {
   Plan pl;
   pl.amx = amx;
   pl.M = p.a.sizes[0];
@@ -115,7 +123,9 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   // strips, a strip of kc x 16 f32 (16 KiB at 256) in a 32 KiB one (f32 2048^3 on Zen 3,
   // alternating in one process: strips at kc = 128 / 192 / 256 / 384 within 2% of each
   // other, 256 the most consistent).
-  int64_t kc = bt == DType::kF32 && !strips ? 128 : kStripKc;
+  // wide: f32's block, since the kernel is f32's.
+  const bool wide_plan = wide && !amx && !strips && !dp && wide_rows(bt, pl.M);
+  int64_t kc = (bt == DType::kF32 || wide_plan) && !strips ? kWideKc : kStripKc;
   // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
   // B must be packed on the fly (the buffer would grow with K).
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
@@ -249,6 +259,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false) {
   // (strip_rows: more than kMR rows, so kc is a K block, not all of K).
   pl.wbuf_off = off;
   if (!amx && strips && strip_rows(bt, pl.M)) off = align_up(off + size_t(pl.kc) * 16 * sizeof(float));
+  if (wide_plan) off = align_up(off + size_t(pl.kc) * kNR * sizeof(float));  // widen_panel (kc even)
   // An int8 K block as bf16 pairs for the dot-product kernel (KernelTable::i8_pairs).
   pl.pbuf_off = off;
   if (!amx && bt == DType::kI8 && dp_shape(p)) off = align_up(off + size_t(pl.kc + 1) * kNR * sizeof(uint16_t));
@@ -294,7 +305,8 @@ bool pack_once_view(const GemmParams& p, bool amx, bool dp, PackedMatrix* m) {
 // never shrinks as M grows: grouped GEMMs size one workspace from their largest group.
 // + kAlign: the caller's buffer need not be aligned; kernels use aligned loads on B buffers.
 size_t plan_workspace_bytes(const GemmParams& p) {
-  size_t per = std::max(make_plan(p, false, false).per_thread, make_plan(p, false, true).per_thread);
+  size_t per = std::max({make_plan(p, false, false).per_thread, make_plan(p, false, true).per_thread,
+                         make_plan(p, false, false, false, true).per_thread});
   if (dp_shape(p)) per = std::max(per, make_plan(p, false, false, true).per_thread);
   if (amx_eligible(p)) per = std::max(per, make_plan(p, true, false).per_thread);
   return per * size_t(std::max(1, num_threads())) + kAlign;
@@ -535,6 +547,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
   auto strips = [&](int mrows) { return b_strips || (kt.widen_b && !use_dp && strip_rows(bt, mrows)); };
+  // Row slices that share a bf16 K block widened once into an f32 panel (wide_rows).
+  auto wide = [&](int mrows) { return kt.widen_panel && !use_dp && !strips(mrows) && wide_rows(bt, mrows); };
   // K block of the packed vdpbf16ps path: each block reloads and stores the 6 x 64 f32
   // tile (24 zmm) around its kernel call, so a longer block amortises that; the B block
   // then lives in L2, not L1, which the kernel's four B loads per 24 dot products do not
@@ -553,7 +567,8 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   const bool identity = !pl.swiglu && p.alpha == 1.0f && p.beta == 0.0f && !p.bias.data;
   auto direct_c = [&](int64_t row0, int mrows, int64_t j) -> void* {
     const bool dp_stores = use_dp && !i8_dp;  // f32 or bf16 C
-    const bool f32_stores = bt == DType::kF32 ? kt.f32b_out || strips(mrows) : bt == DType::kBF16 && strips(mrows);
+    const bool f32_stores = bt == DType::kF32 ? kt.f32b_out || strips(mrows)
+                                              : bt == DType::kBF16 && (strips(mrows) || (wide(mrows) && kt.f32b_out));
     const bool kernel_stores = dp_stores || (!c_bf16 && f32_stores);
     if (!identity || !kernel_stores || (j + 1) * kNR > pl.n_out) return nullptr;
     return static_cast<char*>(p.c.data) + size_t(row0 * ldc + j * kNR) * dtype_size(p.c.dtype);
@@ -745,16 +760,24 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           kt.i8_pairs(static_cast<const int8_t*>(bp), kcur, pbuf);
           dp_b = pbuf;
         }
+        // Widened once here, the block is f32 and L1-resident for every slice: bf16 2048^3
+        // (gemm README, Ice Lake).
+        const bool wide_block = wide(mrows);
+        if (wide_block) {
+          kt.widen_panel(bt, kcur, bp, wbuf);
+          bp = wbuf;
+        }
+        const KernelF32A block_kern = wide_block ? kt.f32b : kern;
         for (int sv = 0; sv < sl.count; ++sv) {
           const int ir = sl.first(sv), m = sl.rows(sv);
-          const Prefetch pf = l2_share(sv, sl.count, sv == 0);
+          const Prefetch pf = l2_share(sv, sl.count, sv == 0 && !wide_block);
           if (use_dp)
             kt.bf16dp(m, kcur, ab + a_off(sv), dp_b, dst + ir * kNR, kb > 0, pf, to_c ? c_row(ir) : dst + ir * kNR,
                       to_c ? ldc : kNR, to_c && c_bf16);
           else if (to_c)
             kt.f32b_out(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf, c_f32(ir), ldc);
           else
-            kern(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
+            block_kern(m, kcur, af + a_off(sv), bp, dst + ir * kNR, kb > 0, pf);
         }
       }
     };
@@ -1024,7 +1047,7 @@ Status run_blocked(const GemmParams& p, Workspace ws) {
     const size_t used = size_t(base - static_cast<uint8_t*>(ws.data)) + align_up(size_t(np * m.panel_bytes));
     return run_blocked<Table>(q, {static_cast<uint8_t*>(ws.data) + used, ws.bytes - used});
   }
-  const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr, use_dp);
+  const Plan pl = make_plan(p, use_amx, kt.f32_strip != nullptr, use_dp, kt.widen_panel != nullptr);
   if (pl.M == 0 || pl.N == 0) return Status::Ok();
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uintptr_t>(ws.data)));
   // Work claimed as the threads go (ThreadRange): row chunks in the row split; in the

@@ -17,7 +17,8 @@ const KernelTable& kernels_avx512() {
                                                           .f32b_out = avx512::kern_f32_out,
                                                           .f32_rows_out = avx512::kern_f32_rows,
                                                           .gemv_rows = avx512::gemv_rows,
-                                                          .l2_runs = true});
+                                                          .l2_runs = true,
+                                                          .widen_panel = avx512::widen_panel});
   return t;
 }
 }  // namespace optx::gemm_detail

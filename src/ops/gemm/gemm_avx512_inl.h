@@ -131,6 +131,32 @@ void kern_bf16b_m(int64_t kc, const float* a, const void* bv, float* acc,
   store_tile<M>(c, acc);
 }
 
+// KernelTable::widen_panel: bf16 pairs [kc/2][64][2] or int8 [kc][64] as f32 [kc][64].
+[[maybe_unused]] void widen_panel(DType bt, int64_t kc, const void* bv, float* dst) {
+  if (bt == DType::kI8) {
+    const int8_t* b = static_cast<const int8_t*>(bv);
+    for (int64_t k = 0; k < kc; ++k)
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i)
+        _mm512_store_ps(dst + k * kNR + 16 * i, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                    _mm_load_si128(reinterpret_cast<const __m128i*>(b + k * kNR + 16 * i)))));
+    return;
+  }
+  const uint16_t* b = static_cast<const uint16_t*>(bv);
+  for (int64_t k = 0; k < kc; k += 2) {
+    const uint16_t* bk = b + k * kNR;
+    float* even = dst + k * kNR;
+    float* odd = even + kNR;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      __m512 e, o;
+      simd::Avx512::widen_pairs(_mm512_load_si512(bk + 32 * i), e, o);
+      _mm512_store_ps(even + 16 * i, e);
+      _mm512_store_ps(odd + 16 * i, o);
+    }
+  }
+}
+
 template <int M, bool kStream>
 void kern_i8b_m(int64_t kc, const float* a, const void* bv, float* acc,
                 bool accumulate, const Prefetch& pf) {
