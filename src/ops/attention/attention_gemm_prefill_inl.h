@@ -66,12 +66,13 @@ struct GemmPrefill {
   gemm_detail::KernelF32Out kern = nullptr;
   decltype(gemm_detail::KernelTable::f32_rows_out) kern_rows = nullptr;  // AVX-512: P . V from P's rows
 
-  // qbuf: room for Q's micro-panels (ceil(rows / 6) * 6 x d floats).
-  GemmPrefill(int rows, int64_t d, int64_t dv, float* scratch, float* qbuf)
+  // qbuf: room for Q's micro-panels (ceil(rows / 6) * 6 x d floats); max_rows: the
+  // rows the scratch is laid out for (Config::max_rows).
+  GemmPrefill(int rows, int64_t d, int64_t dv, int max_rows, float* scratch, float* qbuf)
       : R(rows), D(d), Dv(dv),
         kern(kStrip == kNR ? gemm_detail::kernels_avx512().f32b_out : gemm_detail::kernels_avx2().f32_strip),
         kern_rows(kStrip == kNR ? gemm_detail::kernels_avx512().f32_rows_out : nullptr) {
-    const GemmPrefillLayout l(d, dv);
+    const GemmPrefillLayout l(d, dv, max_rows);
     planes = l.planes;
     slices = (rows + kMR - 1) / kMR;
     q = qbuf, kt = scratch + l.kt, v = scratch + l.v, o = scratch + l.o, p = scratch + l.p;

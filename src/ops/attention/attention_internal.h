@@ -235,11 +235,11 @@ struct Config {
 // the last overlapping store of the P / Q packing.
 struct GemmPrefillLayout {
   int64_t planes, kt = 0, v, o, p, floats;
-  GemmPrefillLayout(int64_t D, int64_t Dv)
+  GemmPrefillLayout(int64_t D, int64_t Dv, int64_t rows)
       : planes((Dv + gemm_detail::kNR - 1) / gemm_detail::kNR) {
     v = kt + D * gemm_detail::kNR;
     o = v + planes * gemm_detail::kNR * gemm_detail::kNR;
-    p = o + planes * kMaxFlashRows * gemm_detail::kNR;
+    p = o + planes * rows * gemm_detail::kNR;
     // P micro-panels: the AVX2 strips' only (AVX-512 reads P's rows), whose jobs hold up to
     // kMaxJobRows rows.
     floats = p + (kMaxJobRows + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kNR * gemm_detail::kMR + 8;
@@ -261,11 +261,14 @@ struct ManyRowsLayout {
 // bf16 K / V rows or, for flash (rows >= kMaxJobRows), GemmPrefillLayout, for decode
 // ManyRowsLayout; or the AMX / AVX512_BF16 job kernels' Q^T, staged K and V pairs,
 // scores, P and O (the largest).
+// Rows of the q area of a job's scratch: the GEMM path keeps Q as 6-row micro-panels.
+constexpr int64_t qf_rows(int64_t rows) { return (rows + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kMR; }
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
-  const int64_t gemm = rows < kMaxJobRows ? 0 : GemmPrefillLayout(D, Dv).floats;
+  const int64_t gemm = GemmPrefillLayout(D, Dv, rows).floats;
   const int64_t many = rows <= kMaxRows ? ManyRowsLayout(D, Dv).floats : 0;
-  const int64_t vec = rows * ((D + pad) + (Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
+  // q rows: as many as Q's 6-row micro-panels of the GEMM path take (qf_rows).
+  const int64_t vec = qf_rows(rows) * (D + pad) + rows * ((Dv + pad) + kKvBlock) + std::max({kKvBlock * (D + Dv) / 2, gemm, many});
   // AMX job kernel: Q^T per 32-row group, staged K rows, V pairs of a superblock, scores,
   // P^T, P rows and O (flash jobs of up to 128 rows in four groups).
   // (K rows staged: a superblock's, up to kMaxRowsPerCall, in a flash job of several groups.)

@@ -42,6 +42,18 @@ namespace {
 // 8 rows 0.84x, 12 0.97x, 16 1.06-1.14x, 24 1.05-1.11x, 32 1.09-1.15x.
 constexpr int kManyRowsMin = 16;
 
+// Decode jobs of many rows over one KV head (MLA's heads, MQA, wide GQA groups) on the
+// AVX-512 unit, which runs only without a bf16 dot product: the GEMM prefill's 6 x 64
+// zmm tiles, where the many-row tiles are 256-bit.
+[[maybe_unused]] bool gemm_decode_job(const Config& c, const Job& j) {
+#if defined(__AVX512F__)
+  return c.kv_once && j.groups == 1 && j.nrows >= kManyRowsMin && !j.kv.i8.k && c.D % 16 == 0 && c.Dv % 16 == 0;
+#else
+  (void)c, (void)j;
+  return false;
+#endif
+}
+
 // This unit's dequantisation of i8 latent rows for KvView (see there). With AVX512_BF16
 // the f32 -> bf16 rounding is one instruction per 16 values instead of the integer
 // sequence (VCVTNEPS2BF16 rounds to nearest even as f32_to_bf16 does; it also treats
@@ -156,40 +168,41 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // Prefill with K / V reused by other jobs runs as GEMM microkernel calls on each block
   // loaded (bf16: widened) once for all the job's rows (attention_gemm_prefill_inl.h), f32
   // inputs too: they ran the generic dot per (row, key) at ~0.3x the bf16 path's rate.
-  [[maybe_unused]] const bool gemm_prefill = OPTX_ATTN_GEMM_PREFILL && gemm_prefill_job(c, j);
+  [[maybe_unused]] const bool gemm_prefill =
+      OPTX_ATTN_GEMM_PREFILL && (gemm_prefill_job(c, j) || gemm_decode_job(c, j));
   // q rows, or for the GEMM prefill Q's 6-row micro-panels in their place (ceil(R / 6) * 6
-  // x D values; c.max_rows is a multiple of 6): a second copy of Q put the 192-row flash
+  // x D values, within qf_rows(c.max_rows)): a second copy of Q put the 192-row flash
   // workspace over 1% of `basic`'s score matrix.
   const int Rq = gemm_prefill ? (R + 5) / 6 * 6 : R;
   float* qf = scratch;               // Rq x Dp: R rows scaled by c.scale, zero-padded
   float* acc = qf + Rq * Dp;         // R x Dvp
   float* S = acc + R * Dvp;          // R x kKvBlock
   // The prefill GEMM path's operands (sized by job_scratch_floats).
-  [[maybe_unused]] float* stage = scratch + c.max_rows * (Dp + Dvp + kKvBlock);
+  [[maybe_unused]] float* stage = scratch + qf_rows(c.max_rows) * Dp + c.max_rows * (Dvp + kKvBlock);
   numerics::SoftmaxState st[kMaxFlashRows];
   // The AVX2 tiles read bf16 or f32 rows (and int8 caches); bf16 tiles keep q and O with
   // each 16-value chunk's middle quads swapped (see there), f32 and int8 in plain order.
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   [[maybe_unused]] const bool tiles = OPTX_ATTN_BF16_TILES && c.D % 16 == 0 && c.Dv % 16 == 0;
 #if OPTX_ATTN_GEMM_PREFILL
-  GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, stage, qf);
+  GemmPrefill<T> gp(gemm_prefill ? R : 0, c.D, c.Dv, c.max_rows, stage, qf);
   static_assert(kMaxFlashRows % gemm_detail::kMR == 0 && kMaxJobRows % gemm_detail::kMR == 0);
 #endif
   // Decode from an i8 GQA cache: the tiles read the int8 rows themselves (the scale of
   // each key applied to its scores, and to its P column before P·V), in plain order, so
   // nothing is dequantised into staging (B=1, 2 threads, back to back: ctx 8k 4.0-4.3 ->
   // 2.5-3.2 ms, ctx 32k 22.7 -> 12.4 ms; the bf16 cache 3.5-4.8 and 14.1 ms).
-  [[maybe_unused]] const bool i8_tiles = tiles && c.kv_once && j.kv.i8.k && j.kv.i8.v;
+  [[maybe_unused]] const bool i8_tiles = tiles && !gemm_prefill && c.kv_once && j.kv.i8.k && j.kv.i8.v;
   // MLA from an i8 latent, likewise: the int8 tiles over the latent rows (each key's scale
   // on its score and P column), the rope part's scores added by the bf16 tiles from its own
   // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
   // cache's tokens/s.
-  [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && !gemm_prefill && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   // Decode with many rows over one KV head's bf16 rows or MLA's i8 latent (MLA's heads, wide
   // GQA groups): each block widened to f32 once for all rows, then broadcast-FMA tiles
   // (attention_avx2_manyrows_inl.h).
-  [[maybe_unused]] const bool many_rows = kBf16 && tiles && c.kv_once && j.groups == 1 && (!j.kv.i8.k || mla_i8) &&
+  [[maybe_unused]] const bool many_rows = kBf16 && tiles && !gemm_prefill && c.kv_once && j.groups == 1 && (!j.kv.i8.k || mla_i8) &&
                                           c.max_rows <= kMaxRows && R >= kManyRowsMin;
 #if OPTX_ATTN_BF16_TILES
   // V is K's row prefix (MLA's latent, bf16 or i8): P.V reads the widened K rows.
@@ -294,7 +307,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     } else if (mla_i8) {  // K and V are the same rows: the next block's rope rows, then its latent
       pf_s = PrefetchCursor(rp + kKvBlock, n_next, rope_lines, G * score_steps(Rg, n));
       pf_v = PrefetchCursor(kp + kKvBlock, n_next, lat_lines, G * pv_steps(Rg, c.Dv));
-    } else if (tiles && c.kv_once) {
+    } else if (tiles && c.kv_once && !gemm_prefill) {
       pf_s = PrefetchCursor(vp, n, v_lines, G * score_steps(Rg, n));
       pf_v = PrefetchCursor(kp + kKvBlock, n_next, k_lines, G * pv_steps(Rg, c.Dv));
     }
