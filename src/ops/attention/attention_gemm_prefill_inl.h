@@ -58,6 +58,7 @@ struct GemmPrefill {
   float* v = nullptr;   // Dv / kStrip strips x 64 x kStrip
   float* o = nullptr;   // planes x R x 64
   float* p = nullptr;   // slices x 64 x kMR (AVX2; AVX-512 reads P's rows in place)
+  bool live[(kMaxFlashRows + kMR - 1) / kMR] = {};  // find_live
 #if defined(__AVX512F__)
   static constexpr int kStrip = kNR;
 #else
@@ -148,14 +149,29 @@ struct GemmPrefill {
     pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
   }
 
-  // S[r][0, 64) (stride kKvBlock) = q_r . k for all rows; keys past n score 0. A strip
-  // of K^T at a time, reused by all row slices from L1 (AVX2) or L1 / L2 (AVX-512).
+  // Which row slices see any of the block's keys kb .. kb + n - 1. The others skip both
+  // products: their scores are all masked (the softmax fills them with -inf) and their P
+  // is zero. A causal job's diagonal blocks are each seen by fewer of its rows: of a
+  // 192-row job's three, (0 + 64 + 128) rows see nothing.
+  void find_live(const Config& c, const Job& j, int64_t kb, int64_t n) {
+    for (int s = 0; s < slices; ++s) {
+      live[s] = false;
+      for (int r = s * kMR; r < std::min(R, (s + 1) * kMR) && !live[s]; ++r) {
+        const auto [a, b] = visible_keys(c, j.rows[r].qpos, j.offset, kb, n);
+        live[s] = a < b;
+      }
+    }
+  }
+
+  // S[r][0, 64) (stride kKvBlock) = q_r . k for the live slices' rows; keys past n score
+  // 0. A strip of K^T at a time, reused by all row slices from L1 (AVX2) or L1 / L2
+  // (AVX-512).
   void scores(float* S) {
     const gemm_detail::Prefetch pf;
     for (int st = 0; st < kNR / kStrip; ++st)
       for (int s = 0; s < slices; ++s) {
         float* tile = S + s * kMR * kKvBlock + st * kStrip;
-        kern(std::min(kMR, R - s * kMR), D, q + s * kMR * D, kt + st * D * kStrip, tile, false, pf, tile, kKvBlock);
+        if (live[s]) kern(std::min(kMR, R - s * kMR), D, q + s * kMR * D, kt + st * D * kStrip, tile, false, pf, tile, kKvBlock);
         prefetch_some();
       }
   }
@@ -167,7 +183,8 @@ struct GemmPrefill {
       for (int64_t st = 0; st < v_strips(); ++st)
         for (int s = 0; s < slices; ++s) {
           float* tile = o + (st * R + s * kMR) * kNR;
-          kern_rows(std::min(kMR, R - s * kMR), n, P + s * kMR * kKvBlock, kKvBlock, v + st * kNR * kNR, tile, true, tile, kNR);
+          if (live[s])
+            kern_rows(std::min(kMR, R - s * kMR), n, P + s * kMR * kKvBlock, kKvBlock, v + st * kNR * kNR, tile, true, tile, kNR);
           prefetch_some();
         }
       return;
@@ -187,7 +204,7 @@ struct GemmPrefill {
     for (int64_t st = 0; st < v_strips(); ++st)
       for (int s = 0; s < slices; ++s) {
         float* tile = o + ((st * kStrip / kNR) * R + s * kMR) * kNR + st * kStrip % kNR;
-        kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + st * kNR * kStrip, tile, true, pf, tile, kNR);
+        if (live[s]) kern(std::min(kMR, R - s * kMR), n, p + s * kNR * kMR, v + st * kNR * kStrip, tile, true, pf, tile, kNR);
         prefetch_some();
       }
   }
