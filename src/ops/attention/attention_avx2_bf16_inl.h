@@ -1,5 +1,7 @@
-// bf16, f32 and int8-cache score and P·V tiles for AVX2 units (no dot-product instruction for bf16), used by
-// run_job_t (attention_kernels_inl.h) when D and Dv are multiples of 16.
+// bf16, f32 and int8-cache score and P·V tiles for units without a bf16 dot-product
+// instruction (AVX2, and AVX-512 without AVX512_BF16, which runs them in 512-bit vectors
+// where a dimension is a multiple of 32), used by run_job_t (attention_kernels_inl.h)
+// when D and Dv are multiples of 16.
 //
 // Why not the generic per-(row, key) dot: it widens each K row once per query row and
 // ends every dot in a horizontal sum, ~3x the multiply-adds' own cost. Here a tile of up to
@@ -105,6 +107,138 @@ OPTX_ALWAYS_INLINE __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
 }
 
+#if defined(__AVX512F__)
+// The AVX-512 unit without AVX512_BF16 runs the same tiles in 512-bit vectors over 32
+// values per step where the dimension allows (a multiple of 32): per K / V element half
+// the loads, widening unpacks and FMAs, which bound GQA decode here (paged bf16, 32 / 8
+// heads: ~40 uops per 32 bytes of K and V at 256 bits). bf16 widens with the same two
+// unpacks, per 128-bit lane: lo = [0-3, 8-11, 16-19, 24-27], hi = [4-7, 12-15, 20-23,
+// 28-31]; q and O keep each 32-value chunk in that order (to_tile_order).
+constexpr bool kWideTiles = true;
+OPTX_ALWAYS_INLINE void widen32(const uint16_t* p, __m512& lo, __m512& hi) {
+  const __m512i x = _mm512_loadu_si512(p), z = _mm512_setzero_si512();
+  lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x));
+  hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x));
+}
+OPTX_ALWAYS_INLINE void widen32(const float* p, __m512& lo, __m512& hi) {
+  lo = _mm512_loadu_ps(p);
+  hi = _mm512_loadu_ps(p + 16);
+}
+OPTX_ALWAYS_INLINE void widen32(const int8_t* p, __m512& lo, __m512& hi) {
+  lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+}
+// The chunk's permutation as two-source indices (>= 16: the second vector): lane t of
+// the tile-order vectors holds element idx[t] of the plain chunk (to), or back (from).
+struct ChunkOrder32 {
+  __m512i to_lo, to_hi, from_lo, from_hi;
+  ChunkOrder32() {
+    alignas(64) int32_t to[32], from[32];
+    for (int t = 0; t < 32; ++t) {
+      const int half = t / 16, lane = t % 16 / 4, i = t % 4;
+      to[t] = 8 * lane + 4 * half + i;
+      from[to[t]] = t;
+    }
+    to_lo = _mm512_load_si512(to), to_hi = _mm512_load_si512(to + 16);
+    from_lo = _mm512_load_si512(from), from_hi = _mm512_load_si512(from + 16);
+  }
+};
+OPTX_ALWAYS_INLINE void reorder32(float* x, int64_t n, bool to) {
+  static const ChunkOrder32 o;
+  for (int64_t d = 0; d < n; d += 32) {
+    const __m512 a = _mm512_loadu_ps(x + d), b = _mm512_loadu_ps(x + d + 16);
+    _mm512_storeu_ps(x + d, _mm512_permutex2var_ps(a, to ? o.to_lo : o.from_lo, b));
+    _mm512_storeu_ps(x + d + 16, _mm512_permutex2var_ps(a, to ? o.to_hi : o.from_hi, b));
+  }
+}
+
+// As scores_bf16, 32 values per step (D % 32 == 0, q in tile order for bf16).
+template <int NR, class E>
+void scores_wide(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
+                 PrefetchCursor& pf, bool add) {
+  for (int64_t jj = 0; jj < n; jj += 2) {
+    pf.step();
+    const E* k0 = static_cast<const E*>(kp[jj]);
+    const E* k1 = static_cast<const E*>(kp[jj + 1 < n ? jj + 1 : jj]);
+    __m512 acc[8];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 32) {
+      __m512 a_lo, a_hi, b_lo, b_hi;
+      widen32(k0 + d, a_lo, a_hi);
+      widen32(k1 + d, b_lo, b_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m512 q_lo = _mm512_loadu_ps(q + r * Dp + d), q_hi = _mm512_loadu_ps(q + r * Dp + d + 16);
+        acc[2 * r] = _mm512_fmadd_ps(a_hi, q_hi, _mm512_fmadd_ps(a_lo, q_lo, acc[2 * r]));
+        acc[2 * r + 1] = _mm512_fmadd_ps(b_hi, q_hi, _mm512_fmadd_ps(b_lo, q_lo, acc[2 * r + 1]));
+      }
+    }
+    __m256 half[8];
+    for (int i = 0; i < 8; ++i) half[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sum8(half));
+    const float s0 = ks ? ks[jj] : 1.0f, s1 = ks && jj + 1 < n ? ks[jj + 1] : 1.0f;
+    for (int r = 0; r < NR; ++r) {
+      float* out = S + r * kKvBlock + jj;
+      out[0] = add ? out[0] + s[2 * r] * s0 : s[2 * r] * s0;
+      if (jj + 1 < n) out[1] = add ? out[1] + s[2 * r + 1] * s1 : s[2 * r + 1] * s1;
+    }
+  }
+}
+
+// As pv_bf16, 32 columns per pass (Dv % 32 == 0, O in tile order for bf16).
+template <int NR, class E>
+void pv_wide(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
+  for (int64_t d = 0; d < Dv; d += 32) {
+    __m512 o[2 * NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      o[2 * r] = _mm512_loadu_ps(acc + r * Dvp + d);
+      o[2 * r + 1] = _mm512_loadu_ps(acc + r * Dvp + d + 16);
+    }
+    pf.step();
+    pf.step();
+    for (int64_t jj = 0; jj < n; ++jj) {
+      __m512 v_lo, v_hi;
+      widen32(static_cast<const E*>(vp[jj]) + d, v_lo, v_hi);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m512 p = _mm512_set1_ps(P[r * kKvBlock + jj]);
+        o[2 * r] = _mm512_fmadd_ps(p, v_lo, o[2 * r]);
+        o[2 * r + 1] = _mm512_fmadd_ps(p, v_hi, o[2 * r + 1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      _mm512_storeu_ps(acc + r * Dvp + d, o[2 * r]);
+      _mm512_storeu_ps(acc + r * Dvp + d + 16, o[2 * r + 1]);
+    }
+  }
+}
+#else
+constexpr bool kWideTiles = false;
+#endif
+
+// Whether the tiles over a dimension of n values run 32 at a time (the 512-bit tiles).
+OPTX_ALWAYS_INLINE bool wide_tiles(int64_t n) { return kWideTiles && n % 32 == 0; }
+
+// bf16 q or O rows (n values) into the order the tiles over n keep them in, or back.
+// many: the many-row path's (attention_avx2_manyrows_inl.h), which widens 16 at a time.
+OPTX_ALWAYS_INLINE void to_tile_order(float* x, int64_t n, bool many = false) {
+#if defined(__AVX512F__)
+  if (!many && wide_tiles(n)) return reorder32(x, n, true);
+#endif
+  (void)many;
+  swap_quads16(x, n);
+}
+OPTX_ALWAYS_INLINE void from_tile_order(float* x, int64_t n, bool many = false) {
+#if defined(__AVX512F__)
+  if (!many && wide_tiles(n)) return reorder32(x, n, false);
+#endif
+  (void)many;
+  swap_quads16(x, n);
+}
+
 // S[r * kKvBlock + jj] = q_r . k_jj (times ks[jj], an i8 cache's key scales, if given;
 // added to S with `add`) for NR rows (f32, stride Dp, in the order widen16 gives for E) and
 // keys jj < n, two keys at a time (an odd last key is paired with itself).
@@ -188,11 +322,19 @@ inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
 template <class E>
 void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks,
                       float* S, PrefetchCursor& pf, bool add = false) {
+#if defined(__AVX512F__)
+  if (wide_tiles(D))
+    return by_row_tiles(R, [&](auto nr, int r) { scores_wide<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
+#endif
   by_row_tiles(R, [&](auto nr, int r) { scores_bf16<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
 }
 template <class E>
 void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
                   PrefetchCursor& pf) {
+#if defined(__AVX512F__)
+  if (wide_tiles(Dv))
+    return by_row_tiles(R, [&](auto nr, int r) { pv_wide<nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
+#endif
   by_row_tiles(R, [&](auto nr, int r) { pv_bf16<nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
 }
 

@@ -219,8 +219,8 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
     std::fill(qf + r * Dp, qf + (r + 1) * Dp, 0.0f);
     load_f32<V>(static_cast<const T*>(j.rows[r].q), c.D, c.scale, qf + r * Dp);
 #if OPTX_ATTN_BF16_TILES
-    if (mla_i8) swap_quads16(qf + r * Dp + c.Dv, c.D - c.Dv);  // the rope part only
-    else if (kBf16 && tiles && !i8_tiles && !gemm_prefill) swap_quads16(qf + r * Dp, c.D);
+    if (mla_i8) to_tile_order(qf + r * Dp + c.Dv, c.D - c.Dv, many_rows);  // the rope part only
+    else if (kBf16 && tiles && !i8_tiles && !gemm_prefill) to_tile_order(qf + r * Dp, c.D, many_rows);
 #endif
   }
 #if OPTX_ATTN_GEMM_PREFILL
@@ -484,7 +484,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
 #endif
 #if OPTX_ATTN_BF16_TILES
   if (kBf16 && tiles && !i8_tiles && !mla_i8 && !gemm_prefill)
-    for (int r = 0; r < R; ++r) swap_quads16(acc + r * Dvp, c.Dv);
+    for (int r = 0; r < R; ++r) from_tile_order(acc + r * Dvp, c.Dv, many_rows);
 #endif
   for (int r = 0; r < R; ++r) {
     const Row& row = j.rows[r];
