@@ -464,38 +464,55 @@ void gemv_rows_m(const GemvRowsArgs& g) {
 // [k][kMR] micro-panel; `lines` is a step's 64-byte lines per panel, prefetched `ahead`
 // bytes on: 4 KiB, int8 2 KiB (its M = 1 GEMV 27.5-27.8 GB/s at 4 KiB, 30.4-30.9 at 2,
 // 28.2-29.0 at 1; f32 at 8 KiB 0.95x).
-template <int R, int P, int S, class T, class Widen>
+//
+// H > 1 reads each panel's K in H parts in step as well (P * H streams; the parts' sums
+// are added at the end), for a machine whose reads want more streams than P: see
+// kGemv1Parts.
+template <int R, int P, int S, class T, class Widen, int H = 1>
 OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int lines, Widen widen, int64_t ahead = kPrefetchBytes) {
   const float* a = g.a;
-  __m512 c[P][R][4];
+  __m512 c[P][H][R][4];
 #pragma GCC unroll 4
   for (int q = 0; q < P; ++q)
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h)
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) c[q][r][i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < g.kc; k += S) {
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int q = 0; q < P; ++q) {
-      const T* bk = static_cast<const T*>(g.b[q]) + k * kNR;
-      prefetch_b(bk, lines, ahead);
+        for (int i = 0; i < 4; ++i) c[q][h][r][i] = _mm512_setzero_ps();
+  const int64_t part = H == 1 ? g.kc : (g.kc + H * S - 1) / (H * S) * S;  // k steps per part
+  for (int64_t k = 0; k < part; k += S) {
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        __m512 w[S];
-        widen(bk, i, w);
+    for (int q = 0; q < P; ++q)
 #pragma GCC unroll 4
-        for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) {
+        const int64_t kk = k + h * part;
+        if (H > 1 && kk >= g.kc) continue;
+        const T* bk = static_cast<const T*>(g.b[q]) + kk * kNR;
+        prefetch_b(bk, lines, ahead);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          __m512 w[S];
+          widen(bk, i, w);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-          for (int s = 0; s < S; ++s) c[q][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(k + s) * kMR + r]), w[s], c[q][r][i]);
+            for (int s = 0; s < S; ++s)
+              c[q][h][r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(kk + s) * kMR + r]), w[s], c[q][h][r][i]);
+        }
       }
-    }
   }
 #pragma GCC unroll 4
   for (int q = 0; q < P; ++q)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(g.acc + (q * R + r) * kNR + 16 * i, c[q][r][i]);
+      for (int i = 0; i < 4; ++i) {
+        __m512 sum = c[q][0][r][i];
+#pragma GCC unroll 4
+        for (int h = 1; h < H; ++h) sum = _mm512_add_ps(sum, c[q][h][r][i]);
+        _mm512_storeu_ps(g.acc + (q * R + r) * kNR + 16 * i, sum);
+      }
 }
 
 OPTX_ALWAYS_INLINE void widen_f32(const float* bk, int i, __m512 (&w)[1]) { w[0] = _mm512_load_ps(bk + 16 * i); }
@@ -512,7 +529,18 @@ OPTX_ALWAYS_INLINE void widen_bf16(const uint16_t* bk, int i, __m512 (&w)[2]) {
 // GB/s, M = 3 26.2 -> 28.5; 8 + 4R port uops per line: M = 3 is compute-bound).
 void gemv4_f32(const Gemv4Args& g) { gemv_panels<1, 4, 1, float>(g, 4, widen_f32); }
 constexpr int64_t kI8Ahead = 2048;
-void gemv4_i8b(const Gemv4Args& g) { gemv_panels<1, 4, 1, int8_t>(g, 1, widen_i8, kI8Ahead); }
+// M = 1 reads each of its four panels in two halves of K in step (eight streams) in the
+// unit without AVX512_BF16: 32 accumulators, so some spill, but the loop waits on DRAM.
+// Ice Lake, 17 rotated 4096^2 weights, 2 threads, alternating call by call: bf16 1.04-1.15x
+// (25.4 -> 29.3 GB/s at best, the 8-stream read loop's rate), int8 1.00-1.09x; four
+// parts (16 streams) 0.63x int8, 1.03x bf16. The Sapphire Rapids VM, which runs the other
+// unit, was not measured with it.
+#ifdef __AVX512BF16__
+constexpr int kGemv1Parts = 1;
+#else
+constexpr int kGemv1Parts = 2;
+#endif
+void gemv4_i8b(const Gemv4Args& g) { gemv_panels<1, 4, 1, int8_t, decltype(&widen_i8), kGemv1Parts>(g, 1, widen_i8, kI8Ahead); }
 // bf16 M = 1 prefetches 8 KiB ahead in the unit without AVX512_BF16 (Ice Lake, 17 rotated
 // 4096^2 weights, 2 threads, alternating call by call: 24.6-25.0 -> 25.7-27.0 GB/s; M = 2
 // / 3 level to 0.98x, so they keep 4 KiB); the Sapphire Rapids VM, which runs the other
@@ -522,7 +550,9 @@ constexpr int64_t kBf16Ahead1 = kPrefetchBytes;
 #else
 constexpr int64_t kBf16Ahead1 = 2 * kPrefetchBytes;
 #endif
-void gemv4_bf16b(const Gemv4Args& g) { gemv_panels<1, 4, 2, uint16_t>(g, 4, widen_bf16, kBf16Ahead1); }
+void gemv4_bf16b(const Gemv4Args& g) {
+  gemv_panels<1, 4, 2, uint16_t, decltype(&widen_bf16), kGemv1Parts>(g, 4, widen_bf16, kBf16Ahead1);
+}
 template <int R>
 void gemv2_bf16b(const Gemv4Args& g) {
   gemv_panels<R, 2, 2, uint16_t>(g, 4, widen_bf16);
