@@ -12,9 +12,10 @@ using simd_type = simd::Avx512;
 
 namespace optx::attn_detail {
 const Kernels& kernels_avx512() {
-  // Flash jobs of 192 rows: the GEMM prefill's (attention_gemm_prefill_inl.h). Decode
-  // runs the AVX2 unit's tiles (this unit is chosen only without AVX512_BF16), with its
-  // all-heads jobs (see kernels_avx2).
+  // Flash jobs of 192 rows: the GEMM prefill's (attention_gemm_prefill_inl.h). Decode,
+  // which comes here only without AVX512_BF16, runs the AVX2 unit's tiles (512-bit where
+  // the head dim allows) with its all-heads jobs (see kernels_avx2), and jobs of 16+ rows
+  // over one bf16 KV head the GEMM path (gemm_decode_job).
   static const Kernels k{avx512::run_job, true, kMaxFlashRows, kMaxJobRows, kMaxGroupRows, true};
   return k;
 }

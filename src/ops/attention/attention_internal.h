@@ -226,8 +226,11 @@ struct Config {
   int max_rows = kMaxRows;
 };
 
+// Rows of the q area of a job's scratch: the GEMM path keeps Q as 6-row micro-panels.
+constexpr int64_t qf_rows(int64_t rows) { return (rows + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kMR; }
+
 // The prefill GEMM path's operands (attention_gemm_prefill_inl.h), as float offsets
-// into the part of a flash job's scratch after the rows' q, O and scores (Q's 6-row
+// into the part of a job's scratch after the rows' q, O and scores (Q's 6-row
 // micro-panels sit where the q rows would): K^T [D][64], V and O in planes of 64 columns,
 // P micro-panels. Each piece
 // is a multiple of 16 floats (D % 16 == 0: the kernels' B loads are aligned to 64 bytes);
@@ -258,11 +261,9 @@ struct ManyRowsLayout {
 
 // Scratch floats one job of up to `rows` rows (Config::max_rows) needs: the vector
 // kernel's q rows, accumulators and one block of scores, then either one block of staged
-// bf16 K / V rows or, for flash (rows >= kMaxJobRows), GemmPrefillLayout, for decode
-// ManyRowsLayout; or the AMX / AVX512_BF16 job kernels' Q^T, staged K and V pairs,
-// scores, P and O (the largest).
-// Rows of the q area of a job's scratch: the GEMM path keeps Q as 6-row micro-panels.
-constexpr int64_t qf_rows(int64_t rows) { return (rows + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kMR; }
+// bf16 K / V rows, GemmPrefillLayout (flash; on the AVX-512 unit also many-row decode) or
+// ManyRowsLayout (decode); or the AMX / AVX512_BF16 job kernels' Q^T, staged K and V
+// pairs, scores, P and O (the largest).
 inline int64_t job_scratch_floats(int64_t D, int64_t Dv, int rows) {
   const int64_t pad = 16;
   const int64_t gemm = GemmPrefillLayout(D, Dv, rows).floats;

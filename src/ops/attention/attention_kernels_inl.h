@@ -15,8 +15,8 @@
 
 // Units without a bf16 dot-product instruction (AVX2, and AVX-512 without AVX512_BF16,
 // as Ice Lake; the AVX512_BF16 and AMX units have their own bf16 kernels): the bf16 / f32
-// / int8-cache tiles (OPTX_ATTN_BF16_TILES, named for the first of them), in 256-bit
-// vectors on either.
+// / int8-cache tiles (OPTX_ATTN_BF16_TILES, named for the first of them), 512-bit on
+// AVX-512 where a head dim is a multiple of 32.
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512BF16__)
 #define OPTX_ATTN_BF16_TILES 1
 #include "ops/attention/attention_avx2_bf16_inl.h"

@@ -107,7 +107,7 @@ inline bool wide_rows(DType bt, int64_t rows) { return bt != DType::kF32 && rows
 // The workspace size does not depend on the implementation: packed A is sized as f32, or
 // as bf16 pairs for a dot-product kernel's plan (dp), whose chunks then hold twice the rows.
 // strips: the kernels run widened K blocks as 16-column strips (KernelTable::f32_strip).
-// wide: they widen bf16 K blocks into whole f32 panels (KernelTable::widen_panel).
+// wide: they widen bf16 / int8 K blocks into whole f32 panels (KernelTable::widen_panel).
 Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false, bool wide = false) {
   Plan pl;
   pl.amx = amx;
@@ -125,7 +125,7 @@ Plan make_plan(const GemmParams& p, bool amx, bool strips, bool dp = false, bool
   // other, 256 the most consistent).
   // wide: f32's block, since the kernel is f32's.
   const bool wide_plan = wide && !amx && !strips && !dp && wide_rows(bt, pl.M);
-  int64_t kc = (bt == DType::kF32 || wide_plan) && !strips ? kWideKc : kStripKc;
+  int64_t kc = (bt == DType::kF32 || wide_plan) && !strips ? kF32Kc : kStripKc;
   // A single row slice reuses nothing from L1: run the whole K in one call instead, unless
   // B must be packed on the fly (the buffer would grow with K).
   if (pl.M <= kMR && p.packed_b) kc = std::max<int64_t>(pl.K, 1);
@@ -547,7 +547,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
   // Row slices that share a K block (strip_rows): it is widened (f32: copied) once, a
   // 16-column strip at a time, and run through f32_strip (see compute).
   auto strips = [&](int mrows) { return b_strips || (kt.widen_b && !use_dp && strip_rows(bt, mrows)); };
-  // Row slices that share a bf16 K block widened once into an f32 panel (wide_rows).
+  // Row slices that share a bf16 / int8 K block widened once into an f32 panel (wide_rows).
   auto wide = [&](int mrows) { return kt.widen_panel && !use_dp && !strips(mrows) && wide_rows(bt, mrows); };
   // K block of the packed vdpbf16ps path: each block reloads and stores the 6 x 64 f32
   // tile (24 zmm) around its kernel call, so a longer block amortises that; the B block
@@ -760,8 +760,7 @@ void run_thread(const Plan& pl, const GemmParams& p, const KernelTable& kt, bool
           kt.i8_pairs(static_cast<const int8_t*>(bp), kcur, pbuf);
           dp_b = pbuf;
         }
-        // Widened once here, the block is f32 and L1-resident for every slice: bf16 2048^3
-        // (gemm README, Ice Lake).
+        // The block widened once to f32 (wide_rows), L1-resident for every slice's f32 kernel.
         const bool wide_block = wide(mrows);
         if (wide_block) {
           kt.widen_panel(bt, kcur, bp, wbuf);

@@ -466,8 +466,8 @@ void gemv_rows_m(const GemvRowsArgs& g) {
 // 28.2-29.0 at 1; f32 at 8 KiB 0.95x).
 //
 // H > 1 reads each panel's K in H parts in step as well (P * H streams; the parts' sums
-// are added at the end), for a machine whose reads want more streams than P: see
-// kGemv1Parts.
+// are added at the end, so the rounding differs from H = 1's, the same for any thread
+// count), for a machine whose reads want more streams than P: see kGemv1Parts.
 template <int R, int P, int S, class T, class Widen, int H = 1>
 OPTX_ALWAYS_INLINE void gemv_panels(const Gemv4Args& g, int lines, Widen widen, int64_t ahead = kPrefetchBytes) {
   const float* a = g.a;
@@ -529,27 +529,23 @@ OPTX_ALWAYS_INLINE void widen_bf16(const uint16_t* bk, int i, __m512 (&w)[2]) {
 // GB/s, M = 3 26.2 -> 28.5; 8 + 4R port uops per line: M = 3 is compute-bound).
 void gemv4_f32(const Gemv4Args& g) { gemv_panels<1, 4, 1, float>(g, 4, widen_f32); }
 constexpr int64_t kI8Ahead = 2048;
-// M = 1 reads each of its four panels in two halves of K in step (eight streams) in the
-// unit without AVX512_BF16: 32 accumulators, so some spill, but the loop waits on DRAM.
-// Ice Lake, 17 rotated 4096^2 weights, 2 threads, alternating call by call: bf16 1.04-1.15x
-// (25.4 -> 29.3 GB/s at best, the 8-stream read loop's rate), int8 1.00-1.09x; four
-// parts (16 streams) 0.63x int8, 1.03x bf16. The Sapphire Rapids VM, which runs the other
-// unit, was not measured with it.
+// Single-row decode in the unit without AVX512_BF16 (Ice Lake, 17 rotated 4096^2 weights,
+// 2 threads, alternating call by call; the Sapphire Rapids VM runs the other unit, where
+// one part and 4 KiB measured best, stop 56):
+// - each of the four panels read in two halves of K in step, eight streams (32
+//   accumulators, so some spill, but the loop waits on DRAM): bf16 1.04-1.15x (25.4 ->
+//   29.3 GB/s at best, the 8-stream read loop's rate), int8 1.00-1.09x; four parts
+//   (16 streams) int8 0.63x, bf16 1.03x;
+// - bf16 prefetched 8 KiB ahead: 24.6-25.0 -> 25.7-27.0 GB/s (M = 2 / 3 level to 0.98x,
+//   so they keep 4 KiB).
 #ifdef __AVX512BF16__
 constexpr int kGemv1Parts = 1;
-#else
-constexpr int kGemv1Parts = 2;
-#endif
-void gemv4_i8b(const Gemv4Args& g) { gemv_panels<1, 4, 1, int8_t, decltype(&widen_i8), kGemv1Parts>(g, 1, widen_i8, kI8Ahead); }
-// bf16 M = 1 prefetches 8 KiB ahead in the unit without AVX512_BF16 (Ice Lake, 17 rotated
-// 4096^2 weights, 2 threads, alternating call by call: 24.6-25.0 -> 25.7-27.0 GB/s; M = 2
-// / 3 level to 0.98x, so they keep 4 KiB); the Sapphire Rapids VM, which runs the other
-// unit, measured 4 KiB best (above).
-#ifdef __AVX512BF16__
 constexpr int64_t kBf16Ahead1 = kPrefetchBytes;
 #else
+constexpr int kGemv1Parts = 2;
 constexpr int64_t kBf16Ahead1 = 2 * kPrefetchBytes;
 #endif
+void gemv4_i8b(const Gemv4Args& g) { gemv_panels<1, 4, 1, int8_t, decltype(&widen_i8), kGemv1Parts>(g, 1, widen_i8, kI8Ahead); }
 void gemv4_bf16b(const Gemv4Args& g) {
   gemv_panels<1, 4, 2, uint16_t, decltype(&widen_bf16), kGemv1Parts>(g, 4, widen_bf16, kBf16Ahead1);
 }

@@ -230,7 +230,7 @@ struct KernelTable {
   // runs (L2Lines), so an unpacked B's next rows can go to L2 while they run.
   bool l2_runs = false;
   // Optional, for an ISA without a bf16 dot product whose L1 holds a whole f32 K block of
-  // kWideKc rows beside A (AVX-512 without AVX512_BF16, 48 KiB L1D): a K block of kc rows
+  // kF32Kc rows beside A (AVX-512 without AVX512_BF16, 48 KiB L1D): a K block of kc rows
   // of a bf16 (pairs) or int8 B micro-panel as the f32 panel [kc, bf16: rounded up to
   // even][64] f32b reads, widened once for all row slices that share it. bf16b / i8b
   // widen inside the FMA loop instead, on the FMA ports: bf16 8 shifts / ands per 48 FMAs,
@@ -238,8 +238,9 @@ struct KernelTable {
   // bitwise theirs (int8 unscaled, as i8b's).
   void (*widen_panel)(DType bt, int64_t kc, const void* b, float* dst) = nullptr;
 };
-// K block of the widened bf16 / int8 path (KernelTable::widen_panel): f32b's, 128 x 64 f32 = 32 KiB.
-inline constexpr int64_t kWideKc = 128;
+// K block of the f32 kernel (f32b): 128 x 64 f32 = 32 KiB, L1-resident beside A; the
+// widened bf16 / int8 path (widen_panel) runs it too.
+inline constexpr int64_t kF32Kc = 128;
 
 // Column panel j of B ([N, K], or [K, N] with kn) as the packers read it: value(n, k) is
 // element (n0 + n, k) of the weights, zero past N and past K.
