@@ -152,69 +152,6 @@ OPTX_ALWAYS_INLINE void reorder32(float* x, int64_t n, bool to) {
   }
 }
 
-// As scores_bf16, 32 values per step (D % 32 == 0, q in tile order for bf16).
-template <int NR, class E>
-void scores_wide(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
-                 PrefetchCursor& pf, bool add) {
-  for (int64_t jj = 0; jj < n; jj += 2) {
-    pf.step();
-    const E* k0 = static_cast<const E*>(kp[jj]);
-    const E* k1 = static_cast<const E*>(kp[jj + 1 < n ? jj + 1 : jj]);
-    __m512 acc[8];
-    for (auto& a : acc) a = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += 32) {
-      __m512 a_lo, a_hi, b_lo, b_hi;
-      widen32(k0 + d, a_lo, a_hi);
-      widen32(k1 + d, b_lo, b_hi);
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; ++r) {
-        const __m512 q_lo = _mm512_loadu_ps(q + r * Dp + d), q_hi = _mm512_loadu_ps(q + r * Dp + d + 16);
-        acc[2 * r] = _mm512_fmadd_ps(a_hi, q_hi, _mm512_fmadd_ps(a_lo, q_lo, acc[2 * r]));
-        acc[2 * r + 1] = _mm512_fmadd_ps(b_hi, q_hi, _mm512_fmadd_ps(b_lo, q_lo, acc[2 * r + 1]));
-      }
-    }
-    __m256 half[8];
-    for (int i = 0; i < 8; ++i) half[i] = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
-    alignas(32) float s[8];
-    _mm256_store_ps(s, sum8(half));
-    const float s0 = ks ? ks[jj] : 1.0f, s1 = ks && jj + 1 < n ? ks[jj + 1] : 1.0f;
-    for (int r = 0; r < NR; ++r) {
-      float* out = S + r * kKvBlock + jj;
-      out[0] = add ? out[0] + s[2 * r] * s0 : s[2 * r] * s0;
-      if (jj + 1 < n) out[1] = add ? out[1] + s[2 * r + 1] * s1 : s[2 * r + 1] * s1;
-    }
-  }
-}
-
-// As pv_bf16, 32 columns per pass (Dv % 32 == 0, O in tile order for bf16).
-template <int NR, class E>
-void pv_wide(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
-  for (int64_t d = 0; d < Dv; d += 32) {
-    __m512 o[2 * NR];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      o[2 * r] = _mm512_loadu_ps(acc + r * Dvp + d);
-      o[2 * r + 1] = _mm512_loadu_ps(acc + r * Dvp + d + 16);
-    }
-    pf.step();
-    pf.step();
-    for (int64_t jj = 0; jj < n; ++jj) {
-      __m512 v_lo, v_hi;
-      widen32(static_cast<const E*>(vp[jj]) + d, v_lo, v_hi);
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; ++r) {
-        const __m512 p = _mm512_set1_ps(P[r * kKvBlock + jj]);
-        o[2 * r] = _mm512_fmadd_ps(p, v_lo, o[2 * r]);
-        o[2 * r + 1] = _mm512_fmadd_ps(p, v_hi, o[2 * r + 1]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      _mm512_storeu_ps(acc + r * Dvp + d, o[2 * r]);
-      _mm512_storeu_ps(acc + r * Dvp + d + 16, o[2 * r + 1]);
-    }
-  }
-}
 #else
 constexpr bool kWideTiles = false;
 #endif
@@ -239,31 +176,62 @@ OPTX_ALWAYS_INLINE void from_tile_order(float* x, int64_t n, bool many = false) 
   swap_quads16(x, n);
 }
 
+// The tiles' vectors: 256-bit, 16 values a step (Lanes8), or 512-bit, 32 (Lanes16).
+struct Lanes8 {
+  using F = __m256;
+  static constexpr int64_t kChunk = 16;
+  OPTX_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
+  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm256_loadu_ps(p); }
+  OPTX_ALWAYS_INLINE static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  OPTX_ALWAYS_INLINE static F set1(float x) { return _mm256_set1_ps(x); }
+  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  template <class E>
+  OPTX_ALWAYS_INLINE static void widen(const E* p, F& lo, F& hi) { widen16(p, lo, hi); }
+  OPTX_ALWAYS_INLINE static __m256 fold(F x) { return x; }  // to 8 partial sums
+};
+#if defined(__AVX512F__)
+struct Lanes16 {
+  using F = __m512;
+  static constexpr int64_t kChunk = 32;
+  OPTX_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
+  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm512_loadu_ps(p); }
+  OPTX_ALWAYS_INLINE static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  OPTX_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }
+  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  template <class E>
+  OPTX_ALWAYS_INLINE static void widen(const E* p, F& lo, F& hi) { widen32(p, lo, hi); }
+  OPTX_ALWAYS_INLINE static __m256 fold(F x) { return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)); }
+};
+#endif
+
 // S[r * kKvBlock + jj] = q_r . k_jj (times ks[jj], an i8 cache's key scales, if given;
-// added to S with `add`) for NR rows (f32, stride Dp, in the order widen16 gives for E) and
-// keys jj < n, two keys at a time (an odd last key is paired with itself).
-template <int NR, class E>
-void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
+// added to S with `add`) for NR rows (f32, stride Dp, in the order L::widen gives for E)
+// and keys jj < n, two keys at a time (an odd last key is paired with itself).
+template <class L, int NR, class E>
+void scores_tile(const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
                  PrefetchCursor& pf, bool add) {
+  constexpr int64_t kHalf = L::kChunk / 2;
   for (int64_t jj = 0; jj < n; jj += 2) {
     pf.step();
     const E* k0 = static_cast<const E*>(kp[jj]);
     const E* k1 = static_cast<const E*>(kp[jj + 1 < n ? jj + 1 : jj]);
-    __m256 acc[8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 16) {
-      __m256 a_lo, a_hi, b_lo, b_hi;
-      widen16(k0 + d, a_lo, a_hi);
-      widen16(k1 + d, b_lo, b_hi);
+    typename L::F acc[8];
+    for (auto& a : acc) a = L::zero();
+    for (int64_t d = 0; d < D; d += L::kChunk) {
+      typename L::F a_lo, a_hi, b_lo, b_hi;
+      L::widen(k0 + d, a_lo, a_hi);
+      L::widen(k1 + d, b_lo, b_hi);
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
-        const __m256 q_lo = _mm256_loadu_ps(q + r * Dp + d), q_hi = _mm256_loadu_ps(q + r * Dp + d + 8);
-        acc[2 * r] = _mm256_fmadd_ps(a_hi, q_hi, _mm256_fmadd_ps(a_lo, q_lo, acc[2 * r]));
-        acc[2 * r + 1] = _mm256_fmadd_ps(b_hi, q_hi, _mm256_fmadd_ps(b_lo, q_lo, acc[2 * r + 1]));
+        const typename L::F q_lo = L::load(q + r * Dp + d), q_hi = L::load(q + r * Dp + d + kHalf);
+        acc[2 * r] = L::fmadd(a_hi, q_hi, L::fmadd(a_lo, q_lo, acc[2 * r]));
+        acc[2 * r + 1] = L::fmadd(b_hi, q_hi, L::fmadd(b_lo, q_lo, acc[2 * r + 1]));
       }
     }
+    __m256 folded[8];
+    for (int i = 0; i < 8; ++i) folded[i] = L::fold(acc[i]);
     alignas(32) float s[8];
-    _mm256_store_ps(s, sum8(acc));
+    _mm256_store_ps(s, sum8(folded));
     const float s0 = ks ? ks[jj] : 1.0f, s1 = ks && jj + 1 < n ? ks[jj + 1] : 1.0f;
     for (int r = 0; r < NR; ++r) {
       float* out = S + r * kKvBlock + jj;
@@ -273,32 +241,34 @@ void scores_bf16(const float* q, int64_t Dp, const void* const* kp, int64_t n, i
   }
 }
 
-// acc_r[0, Dv) (stride Dvp, swap_quads16 order) += sum_jj P[r * kKvBlock + jj] * v_jj for
-// NR rows: 16 columns of all NR rows stay in registers over the block's keys.
-template <int NR, class E>
-void pv_bf16(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
-  for (int64_t d = 0; d < Dv; d += 16) {
-    __m256 o[2 * NR];
+// acc_r[0, Dv) (stride Dvp, in the order L::widen gives for E) += sum_jj P[r * kKvBlock +
+// jj] * v_jj for NR rows: a chunk of columns of all NR rows stays in registers over the
+// block's keys.
+template <class L, int NR, class E>
+void pv_tile(const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
+  constexpr int64_t kHalf = L::kChunk / 2;
+  for (int64_t d = 0; d < Dv; d += L::kChunk) {
+    typename L::F o[2 * NR];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      o[2 * r] = _mm256_loadu_ps(acc + r * Dvp + d);
-      o[2 * r + 1] = _mm256_loadu_ps(acc + r * Dvp + d + 8);
+      o[2 * r] = L::load(acc + r * Dvp + d);
+      o[2 * r + 1] = L::load(acc + r * Dvp + d + kHalf);
     }
-    pf.step();
+    for (int i = 0; i < L::kChunk / 16; ++i) pf.step();  // pv_steps counts 16-column steps
     for (int64_t jj = 0; jj < n; ++jj) {
-      __m256 v_lo, v_hi;
-      widen16(static_cast<const E*>(vp[jj]) + d, v_lo, v_hi);
+      typename L::F v_lo, v_hi;
+      L::widen(static_cast<const E*>(vp[jj]) + d, v_lo, v_hi);
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
-        const __m256 p = _mm256_broadcast_ss(P + r * kKvBlock + jj);
-        o[2 * r] = _mm256_fmadd_ps(p, v_lo, o[2 * r]);
-        o[2 * r + 1] = _mm256_fmadd_ps(p, v_hi, o[2 * r + 1]);
+        const typename L::F p = L::set1(P[r * kKvBlock + jj]);
+        o[2 * r] = L::fmadd(p, v_lo, o[2 * r]);
+        o[2 * r + 1] = L::fmadd(p, v_hi, o[2 * r + 1]);
       }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      _mm256_storeu_ps(acc + r * Dvp + d, o[2 * r]);
-      _mm256_storeu_ps(acc + r * Dvp + d + 8, o[2 * r + 1]);
+      L::store(acc + r * Dvp + d, o[2 * r]);
+      L::store(acc + r * Dvp + d + kHalf, o[2 * r + 1]);
     }
   }
 }
@@ -319,23 +289,30 @@ OPTX_ALWAYS_INLINE void by_row_tiles(int R, F&& f) {
 inline int64_t score_steps(int R, int64_t n) { return (R + 3) / 4 * ((n + 1) / 2); }
 inline int64_t pv_steps(int R, int64_t Dv) { return (R + 3) / 4 * (Dv / 16); }
 
+template <class L, class E>
+void scores_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks, float* S,
+                 PrefetchCursor& pf, bool add) {
+  by_row_tiles(R, [&](auto nr, int r) { scores_tile<L, nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
+}
 template <class E>
 void scores_bf16_rows(int R, const float* q, int64_t Dp, const void* const* kp, int64_t n, int64_t D, const float* ks,
                       float* S, PrefetchCursor& pf, bool add = false) {
 #if defined(__AVX512F__)
-  if (wide_tiles(D))
-    return by_row_tiles(R, [&](auto nr, int r) { scores_wide<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
+  if (wide_tiles(D)) return scores_rows<Lanes16, E>(R, q, Dp, kp, n, D, ks, S, pf, add);
 #endif
-  by_row_tiles(R, [&](auto nr, int r) { scores_bf16<nr, E>(q + r * Dp, Dp, kp, n, D, ks, S + r * kKvBlock, pf, add); });
+  scores_rows<Lanes8, E>(R, q, Dp, kp, n, D, ks, S, pf, add);
+}
+template <class L, class E>
+void pv_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp, PrefetchCursor& pf) {
+  by_row_tiles(R, [&](auto nr, int r) { pv_tile<L, nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
 }
 template <class E>
 void pv_bf16_rows(int R, const float* P, const void* const* vp, int64_t n, int64_t Dv, float* acc, int64_t Dvp,
                   PrefetchCursor& pf) {
 #if defined(__AVX512F__)
-  if (wide_tiles(Dv))
-    return by_row_tiles(R, [&](auto nr, int r) { pv_wide<nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
+  if (wide_tiles(Dv)) return pv_rows<Lanes16, E>(R, P, vp, n, Dv, acc, Dvp, pf);
 #endif
-  by_row_tiles(R, [&](auto nr, int r) { pv_bf16<nr, E>(P + r * kKvBlock, vp, n, Dv, acc + r * Dvp, Dvp, pf); });
+  pv_rows<Lanes8, E>(R, P, vp, n, Dv, acc, Dvp, pf);
 }
 
 }  // namespace
