@@ -23,6 +23,9 @@
 #include <type_traits>
 
 #include "simd/simd_avx2.h"
+#if defined(__AVX512F__)
+#include "simd/simd_avx512.h"
+#endif
 
 namespace optx::attn_detail::OPTX_ISA_NS {
 namespace {
@@ -176,28 +179,18 @@ OPTX_ALWAYS_INLINE void from_tile_order(float* x, int64_t n, bool many = false) 
   swap_quads16(x, n);
 }
 
-// The tiles' vectors: 256-bit, 16 values a step (Lanes8), or 512-bit, 32 (Lanes16).
-struct Lanes8 {
-  using F = __m256;
+// The tiles' vectors: the unit's simd type's loads, stores and FMAs, plus the tiles'
+// widening of K / V chunks and the fold of a score accumulator to 8 partial sums;
+// 256-bit, 16 values a step (Lanes8), or 512-bit, 32 (Lanes16).
+struct Lanes8 : simd::Avx2 {
   static constexpr int64_t kChunk = 16;
-  OPTX_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
-  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm256_loadu_ps(p); }
-  OPTX_ALWAYS_INLINE static void store(float* p, F x) { _mm256_storeu_ps(p, x); }
-  OPTX_ALWAYS_INLINE static F set1(float x) { return _mm256_set1_ps(x); }
-  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
   template <class E>
   OPTX_ALWAYS_INLINE static void widen(const E* p, F& lo, F& hi) { widen16(p, lo, hi); }
-  OPTX_ALWAYS_INLINE static __m256 fold(F x) { return x; }  // to 8 partial sums
+  OPTX_ALWAYS_INLINE static __m256 fold(F x) { return x; }
 };
 #if defined(__AVX512F__)
-struct Lanes16 {
-  using F = __m512;
+struct Lanes16 : simd::Avx512 {
   static constexpr int64_t kChunk = 32;
-  OPTX_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
-  OPTX_ALWAYS_INLINE static F load(const float* p) { return _mm512_loadu_ps(p); }
-  OPTX_ALWAYS_INLINE static void store(float* p, F x) { _mm512_storeu_ps(p, x); }
-  OPTX_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }
-  OPTX_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
   template <class E>
   OPTX_ALWAYS_INLINE static void widen(const E* p, F& lo, F& hi) { widen32(p, lo, hi); }
   OPTX_ALWAYS_INLINE static __m256 fold(F x) { return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)); }
