@@ -128,6 +128,39 @@ struct GemmPrefill {
     }
   }
 
+#if defined(__AVX512F__)
+  // MLA from an i8 latent (the AVX-512 unit's many-row decode): K^T and V as load_k and
+  // load_v build them, each key's latent (its first Dv values, int8) times its scale and
+  // K's rope part (D - Dv values of E) from its own row. The products run on exact f32
+  // values, as the int8 tiles' do.
+  void load_k_i8(const void* const* lat, const float* scale, const void* const* rope, int64_t n) {
+    for (int64_t j0 = 0; j0 < kNR; j0 += 16)
+      for (int64_t d = 0; d < D; d += 16) {
+        __m512i x[16];
+        for (int i = 0; i < 16; ++i) {
+          const int64_t jj = j0 + i;
+          x[i] = jj >= n   ? _mm512_setzero_si512()
+                 : d < Dv ? latent16(static_cast<const int8_t*>(lat[jj]) + d, scale[jj])
+                          : widen16(static_cast<const E*>(rope[jj]) + (d - Dv));
+        }
+        simd::Avx512::transpose16(x);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(kt_at(d + i, j0), x[i]);
+      }
+  }
+  void load_v_i8(const void* const* lat, const float* scale, int64_t n) {
+    for (int64_t jj = 0; jj < n; ++jj)
+      for (int64_t c = 0; c < Dv; c += 16)
+        _mm512_store_si512(v + strip_at(kNR, jj, c), latent16(static_cast<const int8_t*>(lat[jj]) + c, scale[jj]));
+  }
+  // The next block's latent and rope rows, as next_rows.
+  void next_rows_i8(const void* const* lat, const void* const* rope, int64_t n) {
+    next_rows(lat, rope, n);
+    pf_k_lines = (Dv + 63) / 64, pf_v_lines = ((D - Dv) * int64_t(sizeof(E)) + 63) / 64;
+    const int64_t calls = slices * (kNR / kStrip + v_strips());
+    pf_per_call = (n * (pf_k_lines + pf_v_lines) + calls - 1) / calls;
+  }
+#endif
+
   // V of keys vp[0, n) (rows of Dv values, Dv a multiple of 16) into the strips, as f32.
   void load_v(const void* const* vp, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj) {
@@ -145,8 +178,9 @@ struct GemmPrefill {
   // prefetchers do not follow, and loading the block waited on them otherwise.
   void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
     pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
+    pf_k_lines = (D * int64_t(sizeof(E)) + 63) / 64, pf_v_lines = (Dv * int64_t(sizeof(E)) + 63) / 64;
     const int64_t calls = slices * (kNR / kStrip + v_strips());
-    pf_per_call = (n * (k_lines() + v_lines()) + calls - 1) / calls;
+    pf_per_call = (n * (pf_k_lines + pf_v_lines) + calls - 1) / calls;
   }
 
   // Which row slices see any of the block's keys kb .. kb + n - 1. The others skip both
@@ -239,6 +273,11 @@ struct GemmPrefill {
     if constexpr (std::is_same_v<E, float>) return _mm512_castps_si512(_mm512_loadu_ps(x));
     else return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16);
   }
+  // 16 int8 values times s, as f32 bits.
+  static __m512i latent16(const int8_t* x, float s) {
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))));
+    return _mm512_castps_si512(_mm512_mul_ps(f, _mm512_set1_ps(s)));
+  }
 #endif
   // Element (k, col) of a K block of kc rows in strips of kStrip columns.
   static int64_t strip_at(int64_t kc, int64_t k, int64_t col) { return (col / kStrip) * kc * kStrip + k * kStrip + col % kStrip; }
@@ -247,10 +286,9 @@ struct GemmPrefill {
   const void* const* pf_k = nullptr;
   const void* const* pf_v = nullptr;
   int64_t pf_n = 0, pf_key = 0, pf_line = 0, pf_per_call = 0;
-  int64_t k_lines() const { return (D * int64_t(sizeof(E)) + 63) / 64; }
-  int64_t v_lines() const { return (Dv * int64_t(sizeof(E)) + 63) / 64; }
+  int64_t pf_k_lines = 0, pf_v_lines = 0;  // lines of each pf_k / pf_v row
   void prefetch_some() {
-    const int64_t kl = k_lines(), vl = v_lines();
+    const int64_t kl = pf_k_lines, vl = pf_v_lines;
     for (int64_t i = 0; i < pf_per_call && pf_key < pf_n; ++i) {
       const char* row = static_cast<const char*>(pf_line < kl ? pf_k[pf_key] : pf_v[pf_key]);
       _mm_prefetch(row + 64 * (pf_line < kl ? pf_line : pf_line - kl), _MM_HINT_T0);

@@ -42,12 +42,14 @@ namespace {
 // 8 rows 0.84x, 12 0.97x, 16 1.06-1.14x, 24 1.05-1.11x, 32 1.09-1.15x.
 constexpr int kManyRowsMin = 16;
 
-// Decode jobs of many rows over one KV head (MLA's heads, MQA, wide GQA groups) on the
-// AVX-512 unit, which runs only without a bf16 dot product: the GEMM prefill's 6 x 64
-// zmm tiles, where the many-row tiles are 256-bit.
+// Decode jobs of many rows over one KV head (MLA's heads, from a bf16 or an i8 latent;
+// MQA, wide GQA groups) on the AVX-512 unit, which runs only without a bf16 dot product:
+// the GEMM prefill's 6 x 64 zmm tiles, where the many-row tiles are 256-bit. (An i8 GQA
+// cache keeps the int8 tiles.)
 [[maybe_unused]] bool gemm_decode_job(const Config& c, const Job& j) {
 #if defined(__AVX512F__)
-  return c.kv_once && j.groups == 1 && j.nrows >= kManyRowsMin && !j.kv.i8.k && c.D % 16 == 0 && c.Dv % 16 == 0;
+  const bool mla_i8 = j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  return c.kv_once && j.groups == 1 && j.nrows >= kManyRowsMin && (!j.kv.i8.k || mla_i8) && c.D % 16 == 0 && c.Dv % 16 == 0;
 #else
   (void)c, (void)j;
   return false;
@@ -202,6 +204,9 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
   // cache's tokens/s.
   [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && !gemm_prefill && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  // The same on the GEMM path (gemm_decode_job): the latent's int8 rows widened with
+  // their scales into K^T and V (GemmPrefill::load_k_i8).
+  [[maybe_unused]] const bool gemm_mla_i8 = gemm_prefill && j.kv.i8.k && !j.kv.i8.v;
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   // Decode with many rows over one KV head's bf16 rows or MLA's i8 latent (MLA's heads, wide
   // GQA groups): each block widened to f32 once for all rows, then broadcast-FMA tiles
@@ -257,7 +262,7 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   auto rows = [&](int64_t j0, int64_t n, int64_t at) {
     if (i8_tiles) {
       j.kv.planes(j0, n, kp + at, vp + at, k_scale + at, v_scale + at, DequantRow{});
-    } else if (mla_i8) {
+    } else if (mla_i8 || gemm_mla_i8) {
       j.kv.sources(j0, n, c.bf16, kp + at, rp + at, k_scale + at, DequantRow{});
       std::copy(kp + at, kp + at + n, vp + at);
     } else {
@@ -283,9 +288,9 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   const auto shift_next = [&](int64_t n_next) {
     std::copy(kp + kKvBlock, kp + kKvBlock + n_next, kp);
     std::copy(vp + kKvBlock, vp + kKvBlock + n_next, vp);
-    if (i8_tiles || mla_i8) std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
+    if (i8_tiles || mla_i8 || gemm_mla_i8) std::copy(k_scale + kKvBlock, k_scale + kKvBlock + n_next, k_scale);
     if (i8_tiles) std::copy(v_scale + kKvBlock, v_scale + kKvBlock + n_next, v_scale);
-    if (mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
+    if (mla_i8 || gemm_mla_i8) std::copy(rp + kKvBlock, rp + kKvBlock + n_next, rp);
   };
   if (lo < hi) rows(lo, std::min(step, hi - lo), 0);
   for (int64_t kb = lo; kb < hi; kb += step) {
@@ -325,9 +330,18 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
       }
 #if OPTX_ATTN_GEMM_PREFILL
     if (gemm_prefill) {
-      gp.load_k(kp, n);
-      gp.load_v(vp, n);
-      gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
+#if defined(__AVX512F__)
+      if (gemm_mla_i8) {
+        gp.load_k_i8(kp, k_scale, rp, n);
+        gp.load_v_i8(kp, k_scale, n);
+        gp.next_rows_i8(kp + kKvBlock, rp + kKvBlock, n_next);
+      } else
+#endif
+      {
+        gp.load_k(kp, n);
+        gp.load_v(vp, n);
+        gp.next_rows(kp + kKvBlock, vp + kKvBlock, n_next);
+      }
       gp.find_live(c, j, kb, n);
       gp.scores(S);
     }
