@@ -251,10 +251,11 @@ void run_job_amx(const Config& c, const Job& j, float* scratch) {
     // (SpreadPrefetch). Prefill (not Config::kv_once) does without them (flash S = 4096 /
     // 8192 ran 5-25% faster), but pulls this superblock's V rows into L2 over its score
     // steps instead, as the vdpbf16ps kernel's v_pf does: a head's K / V are re-read from
-    // L3 by each of its jobs, and P.V's pair staging otherwise waits on V's rows there. Flash S = 4096 / 8192 (16 heads,
-    // causal, bf16, BSND), alternating call by call: 1.05-1.07x / 1.05x, one thread 1.08x;
-    // the same rows T0 level with T1, spread over fewer steps (the first group's) 0.97-0.99x,
-    // the next superblock's V instead 1.0x, and the next K during P.V on top 0.96x.
+    // L3 by each of its jobs, and P.V's pair staging otherwise waits on V's rows there.
+    // Flash S = 4096 / 8192 (16 heads, causal, bf16, BSND), alternating call by call:
+    // 1.05-1.07x / 1.05x, one thread 1.08x; the same rows T0 level with T1, spread over
+    // fewer steps (the first group's) 0.97-0.99x, the next superblock's V instead 1.0x, and
+    // the next K during P.V on top 0.96x.
     const bool v_apart = n_next > 0 && vn[0] != kn[0];
     int64_t n_pf = n_next, a_lines = k_lines, b_lines = v_apart ? v_lines : 0;
     const void* const* pa = kn;

@@ -100,16 +100,7 @@ struct GemmPrefill {
   // Key j, value d at kt_at(d, j).
   void load_k(const void* const* kp, int64_t n) {
 #if defined(__AVX512F__)
-    // 16 keys x 16 values per in-register transpose (0.25 shuffles per value where the
-    // 8 x 8 one takes 0.375, on the two ports the FMAs need); keys n .. 64 zero.
-    for (int64_t j0 = 0; j0 < kNR; j0 += 16)
-      for (int64_t d = 0; d < D; d += 16) {
-        __m512i x[16];
-        for (int i = 0; i < 16; ++i) x[i] = j0 + i < n ? widen16(static_cast<const E*>(kp[j0 + i]) + d) : _mm512_setzero_si512();
-        simd::Avx512::transpose16(x);
-        for (int i = 0; i < 16; ++i) _mm512_store_si512(kt_at(d + i, j0), x[i]);
-      }
-    return;
+    return transpose_k(n, [&](int64_t jj, int64_t d) __attribute__((always_inline)) { return widen16(static_cast<const E*>(kp[jj]) + d); });
 #endif
     int64_t j0 = 0;
     for (; j0 + 8 <= n; j0 += 8) {
@@ -134,18 +125,9 @@ struct GemmPrefill {
   // K's rope part (D - Dv values of E) from its own row. The products run on exact f32
   // values, as the int8 tiles' do.
   void load_k_i8(const void* const* lat, const float* scale, const void* const* rope, int64_t n) {
-    for (int64_t j0 = 0; j0 < kNR; j0 += 16)
-      for (int64_t d = 0; d < D; d += 16) {
-        __m512i x[16];
-        for (int i = 0; i < 16; ++i) {
-          const int64_t jj = j0 + i;
-          x[i] = jj >= n   ? _mm512_setzero_si512()
-                 : d < Dv ? latent16(static_cast<const int8_t*>(lat[jj]) + d, scale[jj])
-                          : widen16(static_cast<const E*>(rope[jj]) + (d - Dv));
-        }
-        simd::Avx512::transpose16(x);
-        for (int i = 0; i < 16; ++i) _mm512_store_si512(kt_at(d + i, j0), x[i]);
-      }
+    transpose_k(n, [&](int64_t jj, int64_t d) __attribute__((always_inline)) {
+      return d < Dv ? latent16(static_cast<const int8_t*>(lat[jj]) + d, scale[jj]) : widen16(static_cast<const E*>(rope[jj]) + (d - Dv));
+    });
   }
   void load_v_i8(const void* const* lat, const float* scale, int64_t n) {
     for (int64_t jj = 0; jj < n; ++jj)
@@ -154,10 +136,7 @@ struct GemmPrefill {
   }
   // The next block's latent and rope rows, as next_rows.
   void next_rows_i8(const void* const* lat, const void* const* rope, int64_t n) {
-    next_rows(lat, rope, n);
-    pf_k_lines = (Dv + 63) / 64, pf_v_lines = ((D - Dv) * int64_t(sizeof(E)) + 63) / 64;
-    const int64_t calls = slices * (kNR / kStrip + v_strips());
-    pf_per_call = (n * (pf_k_lines + pf_v_lines) + calls - 1) / calls;
+    next_rows(lat, rope, n, (Dv + 63) / 64, ((D - Dv) * int64_t(sizeof(E)) + 63) / 64);
   }
 #endif
 
@@ -176,9 +155,11 @@ struct GemmPrefill {
   // The next block's rows (kp / vp of the job), prefetched a share per kernel call while
   // this block computes: rows a token apart are 4 KiB apart, which the hardware
   // prefetchers do not follow, and loading the block waited on them otherwise.
-  void next_rows(const void* const* kp, const void* const* vp, int64_t n) {
+  // k_lines / v_lines: each row's lines (default: D / Dv values of E).
+  void next_rows(const void* const* kp, const void* const* vp, int64_t n, int64_t k_lines = -1, int64_t v_lines = -1) {
     pf_k = kp, pf_v = vp, pf_n = n, pf_key = 0, pf_line = 0;
-    pf_k_lines = (D * int64_t(sizeof(E)) + 63) / 64, pf_v_lines = (Dv * int64_t(sizeof(E)) + 63) / 64;
+    pf_k_lines = k_lines >= 0 ? k_lines : (D * int64_t(sizeof(E)) + 63) / 64;
+    pf_v_lines = v_lines >= 0 ? v_lines : (Dv * int64_t(sizeof(E)) + 63) / 64;
     const int64_t calls = slices * (kNR / kStrip + v_strips());
     pf_per_call = (n * (pf_k_lines + pf_v_lines) + calls - 1) / calls;
   }
@@ -272,6 +253,19 @@ struct GemmPrefill {
   static __m512i widen16(const E* x) {
     if constexpr (std::is_same_v<E, float>) return _mm512_castps_si512(_mm512_loadu_ps(x));
     else return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16);
+  }
+  // K^T from 16 values at a time, key(jj, d) giving key jj's values d .. d + 15 as f32
+  // bits: 16 keys x 16 values per in-register transpose (0.25 shuffles per value where the
+  // 8 x 8 one takes 0.375, on the two ports the FMAs need); keys n .. 64 zero.
+  template <class Key>
+  OPTX_ALWAYS_INLINE void transpose_k(int64_t n, Key&& key) {
+    for (int64_t j0 = 0; j0 < kNR; j0 += 16)
+      for (int64_t d = 0; d < D; d += 16) {
+        __m512i x[16];
+        for (int i = 0; i < 16; ++i) x[i] = j0 + i < n ? key(j0 + i, d) : _mm512_setzero_si512();
+        simd::Avx512::transpose16(x);
+        for (int i = 0; i < 16; ++i) _mm512_store_si512(kt_at(d + i, j0), x[i]);
+      }
   }
   // 16 int8 values times s, as f32 bits.
   static __m512i latent16(const int8_t* x, float s) {

@@ -62,6 +62,7 @@ struct I8Kv {
   // Staged row widths and the ring's bytes for rows of k_w + v_w values.
   int64_t k_width() const { return k_dim + rope_dim; }
   int64_t v_width() const { return v ? v_dim : 0; }
+  bool mla_latent() const { return k && !v && rope; }  // MLA's i8 latent (no V plane, rope rows apart)
   static size_t stage_bytes(int64_t k_w, int64_t v_w, bool bf16) { return size_t(2 * kMaxRowsPerCall * (k_w + v_w)) * (bf16 ? 2 : 4); }
 };
 

@@ -48,8 +48,8 @@ constexpr int kManyRowsMin = 16;
 // cache keeps the int8 tiles.)
 [[maybe_unused]] bool gemm_decode_job(const Config& c, const Job& j) {
 #if defined(__AVX512F__)
-  const bool mla_i8 = j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
-  return c.kv_once && j.groups == 1 && j.nrows >= kManyRowsMin && (!j.kv.i8.k || mla_i8) && c.D % 16 == 0 && c.Dv % 16 == 0;
+  return c.kv_once && j.groups == 1 && j.nrows >= kManyRowsMin && (!j.kv.i8.k || j.kv.i8.mla_latent()) && c.D % 16 == 0 &&
+         c.Dv % 16 == 0;
 #else
   (void)c, (void)j;
   return false;
@@ -203,10 +203,10 @@ void run_job_t(const Config& c, const Job& j, float* scratch) {
   // on its score and P column), the rope part's scores added by the bf16 tiles from its own
   // rows; V is the latent. Dequantising rows into staging first ran at 0.83x the bf16
   // cache's tokens/s.
-  [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && !gemm_prefill && c.kv_once && j.groups == 1 && j.kv.i8.k && !j.kv.i8.v && j.kv.i8.rope;
+  [[maybe_unused]] const bool mla_i8 = kBf16 && tiles && !gemm_prefill && c.kv_once && j.groups == 1 && j.kv.i8.mla_latent();
   // The same on the GEMM path (gemm_decode_job): the latent's int8 rows widened with
   // their scales into K^T and V (GemmPrefill::load_k_i8).
-  [[maybe_unused]] const bool gemm_mla_i8 = gemm_prefill && j.kv.i8.k && !j.kv.i8.v;
+  [[maybe_unused]] const bool gemm_mla_i8 = gemm_prefill && j.kv.i8.mla_latent();
   [[maybe_unused]] float k_scale[2 * kKvBlock], v_scale[2 * kKvBlock];
   // Decode with many rows over one KV head's bf16 rows or MLA's i8 latent (MLA's heads, wide
   // GQA groups): each block widened to f32 once for all rows, then broadcast-FMA tiles
